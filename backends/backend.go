@@ -1,0 +1,144 @@
+// Package backends defines the storage contract every mlfsd backend implements
+// (OSS, HDFS, NAS), the sentinel errors they return, and the URIs that name them.
+//
+// Keys are '/'-separated paths relative to the backend's root (the prefix or
+// directory named by its URI), with no leading slash; "" is the root itself.
+// A key ending in '/' names a directory marker. Backends know nothing of FUSE;
+// fs/, cache/ and writeback/ talk to storage only through this package.
+package backends
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Backend is the storage contract. Every method is safe for concurrent use and
+// honours ctx cancellation. Errors wrap one of the sentinel errors in errors.go
+// where one applies, so callers can use errors.Is.
+type Backend interface {
+	// ID names this backend instance stably across processes (for example
+	// "oss://bucket/prefix/"); caches use it as part of their keys.
+	ID() string
+
+	// Stat describes one object or directory. A directory (a NAS or HDFS
+	// directory, or an OSS prefix with objects under it or a marker) has
+	// IsDir set. A missing key returns an error wrapping ErrNotExist.
+	Stat(ctx context.Context, key string) (ObjectInfo, error)
+
+	// List returns one page of the entries under opt.Prefix. Pass the
+	// returned NextToken back as opt.Token for the next page; "" means done.
+	List(ctx context.Context, opt ListOptions) (ListPage, error)
+
+	// Read opens a ranged reader. Reading past the end of the object yields
+	// io.EOF early (a short read), never an error; an offset at or beyond the
+	// size yields an empty reader. If opt.IfVersion is set and the object's
+	// version differs, Read fails with an error wrapping ErrVersionMismatch.
+	Read(ctx context.Context, key string, opt ReadOptions) (io.ReadCloser, error)
+
+	// Write starts a streaming write of key. Nothing is visible under key
+	// until Commit returns; Abort (or a failed Commit) leaves no partial
+	// object behind. Intermediate directories are created as needed.
+	Write(ctx context.Context, key string, opt WriteOptions) (Writer, error)
+
+	// Delete removes one object, or an empty directory (key with or without
+	// a trailing '/'). Deleting a missing key returns an error wrapping
+	// ErrNotExist. Deleting a non-empty directory wraps ErrNotEmpty.
+	Delete(ctx context.Context, key string) error
+
+	// Close releases connections and background goroutines.
+	Close() error
+}
+
+// ObjectInfo describes one object or directory.
+type ObjectInfo struct {
+	// Key is relative to the backend root; directories carry no trailing '/'.
+	Key     string
+	Size    int64
+	ModTime time.Time
+	// Version changes whenever the object's content may have changed
+	// (OSS ETag; HDFS file id+mtime+size; NAS inode+mtime+size). Caches key
+	// data by (Backend.ID, Key, Version).
+	Version string
+	IsDir   bool
+	// Mode holds permission bits where the store has them (0 otherwise).
+	Mode uint32
+}
+
+// ListOptions selects a page of a listing.
+type ListOptions struct {
+	// Prefix restricts the listing to keys starting with it. To list a
+	// directory, pass its key followed by '/' ("" for the root).
+	Prefix string
+	// Recursive lists every key under Prefix; otherwise the listing stops
+	// at the next '/' and reports deeper keys as directories (Prefixes).
+	Recursive bool
+	// Token continues a previous listing ("" starts one).
+	Token string
+	// MaxKeys bounds the page size; 0 lets the backend choose (about 1000).
+	MaxKeys int
+}
+
+// ListPage is one page of a listing, in ascending key order within each slice.
+type ListPage struct {
+	// Objects holds the files (and, in non-recursive listings, directories
+	// that exist as real directories or markers, with IsDir set).
+	Objects []ObjectInfo
+	// Prefixes holds the keys of sub-directories seen only as common
+	// prefixes, without a trailing '/' (non-recursive listings only).
+	Prefixes []string
+	// NextToken continues the listing; "" means this was the last page.
+	NextToken string
+}
+
+// ReadOptions selects a byte range and an optional version precondition.
+type ReadOptions struct {
+	Offset int64
+	// Length is the number of bytes wanted; a negative value reads to the end.
+	Length int64
+	// IfVersion, when set, makes the read fail with ErrVersionMismatch if
+	// the object is no longer at that version.
+	IfVersion string
+}
+
+// WriteOptions carries hints for a streaming write.
+type WriteOptions struct {
+	// SizeHint is the expected total size, or -1 when unknown. Backends use
+	// it to choose between a single PUT and a multipart upload.
+	SizeHint int64
+}
+
+// Writer is a streaming write in progress. It is not safe for concurrent use.
+type Writer interface {
+	io.Writer
+	// Commit finishes the write and publishes the object atomically under
+	// its key, returning what the store now holds.
+	Commit(ctx context.Context) (ObjectInfo, error)
+	// Abort discards everything written. It is safe after Commit (a no-op).
+	Abort(ctx context.Context) error
+}
+
+// Renamer is implemented by stores with a server-side rename (NAS, HDFS).
+// Rename moves a file or directory; the destination must not exist as a
+// directory. Without it, callers copy and delete.
+type Renamer interface {
+	Rename(ctx context.Context, from, to string) error
+}
+
+// Copier is implemented by stores with a server-side copy of one object (OSS).
+type Copier interface {
+	Copy(ctx context.Context, from, to string) (ObjectInfo, error)
+}
+
+// Appender is implemented by stores that can append to an existing object
+// (HDFS, NAS). The returned Writer's Commit makes the appended bytes visible.
+type Appender interface {
+	Append(ctx context.Context, key string) (Writer, error)
+}
+
+// DirMaker is implemented by stores with real directories (NAS, HDFS), or
+// that represent empty directories with markers (OSS). MakeDir creates key
+// and its parents; an existing directory is not an error.
+type DirMaker interface {
+	MakeDir(ctx context.Context, key string) error
+}

@@ -1,0 +1,15 @@
+package main
+
+import (
+	"github.com/spf13/pflag"
+
+	"github.com/mlfsd/mlfsd/backends/all"
+)
+
+// addBackendFlags registers the flags that configure backends. Secrets are
+// never flags: they come from the environment or a credentials file, so they
+// cannot show up in a process listing.
+func addBackendFlags(fs *pflag.FlagSet, o *all.Options) {
+	// OSS flags: filled in by the OSS backend issue.
+	// HDFS flags: filled in by the HDFS backend issue.
+}

@@ -1,0 +1,117 @@
+// Command mlfsd is the storage data plane of GPU training jobs: it mounts a
+// job's input channels read-only with a read-through cache, its output
+// channels write-back, and prepares the PAI job environment.
+//
+// This package is wiring only: subcommands, flags, signals. The work lives in
+// job/, fs/, cache/, writeback/ and backends/.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mlfsd/mlfsd/backends/all"
+)
+
+func main() {
+	os.Exit(execute(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// app carries what every subcommand shares; there are no package globals.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	logLevel       string
+	logFormat      string
+	log            *slog.Logger
+	backends       all.Options
+}
+
+// exitError carries a specific exit status (for example the status of the
+// command `mlfsd run` ran) up to main without printing anything more.
+type exitError struct {
+	code int
+	err  error // nil when the status alone says it all
+}
+
+func (e *exitError) Error() string {
+	if e.err != nil {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("exit status %d", e.code)
+}
+
+func execute(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(stderr, "mlfsd:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "mlfsd:", err)
+	return 1
+}
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "mlfsd",
+		Short:         "Storage data plane for GPU training jobs",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			l, err := newLogger(a.stderr, a.logLevel, a.logFormat)
+			if err != nil {
+				return err
+			}
+			a.log = l
+			return nil
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
+	addBackendFlags(pf, &a.backends)
+
+	root.AddCommand(
+		newVersionCmd(a),
+		newMountCmd(a),
+		newRunCmd(a),
+		newEnvCmd(a),
+		newEmulateCmd(a),
+		newBenchCmd(a),
+	)
+	return root
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	}
+}
