@@ -10,6 +10,6 @@ import (
 // never flags: they come from the environment or a credentials file, so they
 // cannot show up in a process listing.
 func addBackendFlags(fs *pflag.FlagSet, o *all.Options) {
-	// OSS flags: filled in by the OSS backend issue.
-	// HDFS flags: filled in by the HDFS backend issue.
+	addOSSFlags(fs, &o.OSS)
+	addHDFSFlags(fs, &o.HDFS)
 }

@@ -1,18 +1,12 @@
 package main
 
-import (
-	"errors"
+import "github.com/spf13/cobra"
 
-	"github.com/spf13/cobra"
-)
-
-// PLACEHOLDER: replaced by issue 4/5.
 func newEmulateCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	c := &cobra.Command{
 		Use:   "emulate",
-		Short: "Serve a local directory over the OSS or HDFS protocol",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return errors.New("emulate: not implemented yet")
-		},
+		Short: "Serve a local directory over the OSS or HDFS protocol (tests, demos, benchmarks)",
 	}
+	c.AddCommand(newEmulateOSSCmd(a), newEmulateHDFSCmd(a))
+	return c
 }
