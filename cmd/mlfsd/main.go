@@ -31,6 +31,8 @@ type app struct {
 	logFormat      string
 	log            *slog.Logger
 	backends       all.Options
+	cache          cacheConfig  // cache.go
+	output         outputConfig // mount_output.go
 }
 
 // exitError carries a specific exit status (for example the status of the
@@ -88,6 +90,8 @@ func newRootCmd(a *app) *cobra.Command {
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
 	addBackendFlags(pf, &a.backends)
+	addCacheFlags(pf, &a.cache)
+	addOutputFlags(pf, &a.output)
 
 	root.AddCommand(
 		newVersionCmd(a),
