@@ -1,0 +1,30 @@
+# Set-up and checks for a fresh Debian machine (run as root: FUSE mounts need it).
+GO      ?= go
+BIN     ?= bin/mlfsd
+DEMO    ?= /tmp/mlfsd-demo
+
+.PHONY: deps build test demo lint
+
+# Debian packages the tests and the demo need (fuse3, ...), installed once.
+deps:
+	@pkgs=$$(grep -v '^\s*#' .ci/apt-packages.txt | xargs); \
+	missing=""; for p in $$pkgs; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	@[ -e /dev/fuse ] || modprobe fuse
+
+build:
+	$(GO) build -o $(BIN) ./cmd/mlfsd
+
+# The test command: every package, with the race detector.
+test: deps
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) test -race -timeout 15m ./...
+
+# The quickstart: an example training job on local directories, no cloud account.
+demo: deps build
+	rm -rf $(DEMO) && mkdir -p $(DEMO)
+	./examples/quickstart/run.sh $(BIN) $(DEMO)

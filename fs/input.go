@@ -1,0 +1,344 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// An input mount is an immutable snapshot of its channel: names, attributes
+// and failed lookups may be cached by the kernel for as long as the job runs.
+const inputCacheTimeout = time.Hour
+
+// InputOptions configure a read-only input tree.
+type InputOptions struct {
+	// Source opens file contents; nil reads the backend directly.
+	Source Source
+	// Key, when set, makes a single-object channel: the tree holds just
+	// that object, as /<basename>. Empty means the whole backend root.
+	Key string
+	// Log receives errors the application only sees as an errno.
+	Log *slog.Logger
+}
+
+// inputFS is what every node of one input tree shares.
+type inputFS struct {
+	b   backends.Backend
+	src Source
+	log *slog.Logger
+}
+
+// NewInputRoot builds the root of a read-only tree over b. It checks that
+// the channel exists, so a typo in a URI fails at mount time rather than as
+// an empty directory.
+func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (gofs.InodeEmbedder, error) {
+	f := &inputFS{b: b, src: opt.Source, log: opt.Log}
+	if f.src == nil {
+		f.src = DirectSource{}
+	}
+	if f.log == nil {
+		f.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opt.Key == "" {
+		info, err := b.Stat(ctx, "")
+		if err != nil {
+			return nil, fmt.Errorf("input %s: %w", b.ID(), err)
+		}
+		if !info.IsDir {
+			return nil, fmt.Errorf("input %s: not a directory", b.ID())
+		}
+		return &inDir{fsys: f, info: info}, nil
+	}
+	info, err := b.Stat(ctx, opt.Key)
+	if err != nil {
+		return nil, fmt.Errorf("input %s%s: %w", b.ID(), opt.Key, err)
+	}
+	if info.IsDir {
+		return nil, fmt.Errorf("input %s%s is a directory; end the URI with '/' to mount a directory channel", b.ID(), opt.Key)
+	}
+	root := &inDir{fsys: f, info: backends.ObjectInfo{IsDir: true, ModTime: info.ModTime}}
+	root.entries = map[string]backends.ObjectInfo{path.Base(opt.Key): info}
+	root.loaded = true
+	return root, nil
+}
+
+// MountInput mounts a read-only tree over b at mountpoint.
+func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt MountOptions) (*Server, error) {
+	root, err := NewInputRoot(context.Background(), b, opt)
+	if err != nil {
+		return nil, err
+	}
+	mopt.ReadOnly = true
+	if mopt.EntryTimeout == 0 {
+		mopt.EntryTimeout = inputCacheTimeout
+	}
+	if mopt.AttrTimeout == 0 {
+		mopt.AttrTimeout = inputCacheTimeout
+	}
+	if mopt.NegativeTimeout == 0 {
+		mopt.NegativeTimeout = inputCacheTimeout
+	}
+	if mopt.FSName == "" {
+		mopt.FSName = b.ID()
+	}
+	if mopt.Log == nil {
+		mopt.Log = opt.Log
+	}
+	return Mount(mountpoint, root, mopt)
+}
+
+// inDir is a directory of the input tree. Its listing is fetched from the
+// backend once, on first use, and kept for the life of the mount.
+type inDir struct {
+	gofs.Inode
+	fsys *inputFS
+	info backends.ObjectInfo // Key "" for the root
+
+	mu      sync.Mutex
+	loaded  bool                           // GUARDED_BY(mu)
+	entries map[string]backends.ObjectInfo // GUARDED_BY(mu); immutable once loaded
+}
+
+var (
+	_ = (gofs.NodeLookuper)((*inDir)(nil))
+	_ = (gofs.NodeReaddirer)((*inDir)(nil))
+	_ = (gofs.NodeGetattrer)((*inDir)(nil))
+	_ = (gofs.NodeCreater)((*inDir)(nil))
+	_ = (gofs.NodeMkdirer)((*inDir)(nil))
+	_ = (gofs.NodeMknoder)((*inDir)(nil))
+	_ = (gofs.NodeUnlinker)((*inDir)(nil))
+	_ = (gofs.NodeRmdirer)((*inDir)(nil))
+	_ = (gofs.NodeRenamer)((*inDir)(nil))
+	_ = (gofs.NodeSymlinker)((*inDir)(nil))
+	_ = (gofs.NodeLinker)((*inDir)(nil))
+	_ = (gofs.NodeSetattrer)((*inDir)(nil))
+)
+
+// listing returns the directory's entries, fetching them on first use.
+// A failed fetch is not cached: the next call tries again.
+func (d *inDir) listing(ctx context.Context) (map[string]backends.ObjectInfo, syscall.Errno) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.loaded {
+		return d.entries, 0
+	}
+	entries, err := d.fetch(ctx)
+	if err != nil {
+		return nil, ToErrno(d.fsys.log, "list", d.info.Key, err)
+	}
+	d.entries, d.loaded = entries, true
+	return entries, 0
+}
+
+func (d *inDir) fetch(ctx context.Context) (map[string]backends.ObjectInfo, error) {
+	prefix := ""
+	if d.info.Key != "" {
+		prefix = d.info.Key + "/"
+	}
+	entries := make(map[string]backends.ObjectInfo)
+	add := func(info backends.ObjectInfo) {
+		name := strings.TrimSuffix(strings.TrimPrefix(info.Key, prefix), "/")
+		if name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
+			return // the directory's own marker, or a name POSIX cannot show
+		}
+		if old, dup := entries[name]; dup && old.IsDir && !info.IsDir {
+			// An object and a prefix share a name (possible in object stores):
+			// the directory wins so everything under it stays reachable.
+			d.fsys.log.Warn("object shadowed by a directory of the same name", "key", info.Key)
+			return
+		}
+		entries[name] = info
+	}
+	opt := backends.ListOptions{Prefix: prefix}
+	for {
+		page, err := d.fsys.b.List(ctx, opt)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range page.Objects {
+			add(o)
+		}
+		for _, p := range page.Prefixes {
+			add(backends.ObjectInfo{Key: p, IsDir: true, ModTime: d.info.ModTime})
+		}
+		if page.NextToken == "" {
+			return entries, nil
+		}
+		opt.Token = page.NextToken
+	}
+}
+
+func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	entries, errno := d.listing(ctx)
+	if errno != 0 {
+		return nil, errno
+	}
+	info, ok := entries[name]
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	if ch := d.GetChild(name); ch != nil {
+		fillAttr(info, &out.Attr)
+		return ch, 0
+	}
+	var node gofs.InodeEmbedder
+	mode := uint32(syscall.S_IFREG)
+	if info.IsDir {
+		node, mode = &inDir{fsys: d.fsys, info: info}, syscall.S_IFDIR
+	} else {
+		node = &inFile{fsys: d.fsys, info: info}
+	}
+	fillAttr(info, &out.Attr)
+	return d.NewInode(ctx, node, gofs.StableAttr{Mode: mode}), 0
+}
+
+func (d *inDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	entries, errno := d.listing(ctx)
+	if errno != 0 {
+		return nil, errno
+	}
+	list := make([]fuse.DirEntry, 0, len(entries))
+	for name, info := range entries {
+		mode := uint32(syscall.S_IFREG)
+		if info.IsDir {
+			mode = syscall.S_IFDIR
+		}
+		list = append(list, fuse.DirEntry{Name: name, Mode: mode})
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
+	return gofs.NewListDirStream(list), 0
+}
+
+func (d *inDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	fillAttr(d.info, &out.Attr)
+	return 0
+}
+
+// Every mutation of an input tree is refused with EROFS, even if the kernel
+// was not told the mount is read-only (the fusermount fallback).
+func (d *inDir) Create(context.Context, string, uint32, uint32, *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	return nil, nil, 0, syscall.EROFS
+}
+func (d *inDir) Mkdir(context.Context, string, uint32, *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EROFS
+}
+func (d *inDir) Mknod(context.Context, string, uint32, uint32, *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EROFS
+}
+func (d *inDir) Unlink(context.Context, string) syscall.Errno { return syscall.EROFS }
+func (d *inDir) Rmdir(context.Context, string) syscall.Errno  { return syscall.EROFS }
+func (d *inDir) Rename(context.Context, string, gofs.InodeEmbedder, string, uint32) syscall.Errno {
+	return syscall.EROFS
+}
+func (d *inDir) Symlink(context.Context, string, string, *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EROFS
+}
+func (d *inDir) Link(context.Context, gofs.InodeEmbedder, string, *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	return nil, syscall.EROFS
+}
+func (d *inDir) Setattr(context.Context, gofs.FileHandle, *fuse.SetAttrIn, *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
+}
+
+// inFile is a file of the input tree; its attributes come from the listing.
+type inFile struct {
+	gofs.Inode
+	fsys *inputFS
+	info backends.ObjectInfo
+}
+
+var (
+	_ = (gofs.NodeOpener)((*inFile)(nil))
+	_ = (gofs.NodeGetattrer)((*inFile)(nil))
+	_ = (gofs.NodeSetattrer)((*inFile)(nil))
+)
+
+func (f *inFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	fillAttr(f.info, &out.Attr)
+	return 0
+}
+
+func (f *inFile) Setattr(context.Context, gofs.FileHandle, *fuse.SetAttrIn, *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
+}
+
+func (f *inFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	h, err := f.fsys.src.Open(ctx, f.fsys.b, f.info)
+	if err != nil {
+		return nil, 0, ToErrno(f.fsys.log, "open", f.info.Key, err)
+	}
+	// The snapshot never changes under the mount, so the page cache stays
+	// valid across opens.
+	return &inHandle{fsys: f.fsys, key: f.info.Key, h: h}, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// inHandle is one open input file.
+type inHandle struct {
+	fsys *inputFS
+	key  string
+	h    Handle
+}
+
+var (
+	_ = (gofs.FileReader)((*inHandle)(nil))
+	_ = (gofs.FileReleaser)((*inHandle)(nil))
+	_ = (gofs.FilePassthroughFder)((*inHandle)(nil))
+)
+
+func (h *inHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := h.h.ReadAt(ctx, dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, ToErrno(h.fsys.log, "read", h.key, err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *inHandle) Release(ctx context.Context) syscall.Errno {
+	if err := h.h.Close(); err != nil {
+		return ToErrno(h.fsys.log, "release", h.key, err)
+	}
+	return 0
+}
+
+// PassthroughFd hands the kernel the Source's local file, when it has one,
+// so reads of a fully cached file never enter the daemon.
+func (h *inHandle) PassthroughFd() (int, bool) {
+	if p, ok := h.h.(interface{ PassthroughFd() (int, bool) }); ok {
+		return p.PassthroughFd()
+	}
+	return 0, false
+}
+
+func fillAttr(info backends.ObjectInfo, a *fuse.Attr) {
+	if info.IsDir {
+		a.Mode = syscall.S_IFDIR | 0o555
+		a.Nlink = 2
+	} else {
+		a.Mode = syscall.S_IFREG | 0o444 | info.Mode&0o111
+		a.Nlink = 1
+		a.Size = uint64(info.Size)
+		a.Blocks = (a.Size + 511) / 512
+	}
+	a.Blksize = 1 << 20 // tells cp and friends to use large reads
+	t := info.ModTime
+	if t.IsZero() {
+		t = time.Unix(0, 0)
+	}
+	a.SetTimes(nil, &t, &t)
+}
