@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mlfsd/mlfsd/fs/fstest"
+)
+
+func TestMountReadOnlyDiff(t *testing.T) {
+	src := t.TempDir()
+	for i := 0; i < 40; i++ {
+		dir := filepath.Join(src, "sub", string(rune('a'+i%5)))
+		os.MkdirAll(dir, 0o755)
+		os.WriteFile(filepath.Join(dir, strings.Repeat("x", i%7+1)+".txt"), bytes.Repeat([]byte{byte(i)}, i*1000), 0o644)
+	}
+	mnt := t.TempDir()
+	cmd := mlfsdCmd(t, "mount", "--read-only", "nas://"+src+"/", mnt)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if isMounted(t, mnt) {
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+	waitMounted(t, mnt, cmd, &stderr)
+
+	out, err := exec.Command("diff", "-r", src, mnt).CombinedOutput()
+	if err != nil {
+		t.Errorf("diff -r source mount: %v\n%s", err, out)
+	}
+	fstest.RunReadOnly(t, mnt, src)
+
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("mlfsd mount exited with %v after SIGTERM; stderr:\n%s", err, &stderr)
+		}
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("mlfsd mount did not exit after SIGTERM; stderr:\n%s", &stderr)
+	}
+	if isMounted(t, mnt) {
+		t.Fatalf("%s still mounted after mlfsd exited", mnt)
+	}
+}
+
+func TestMountSingleObject(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "labels.csv"), []byte("id,label\n1,cat\n"), 0o644)
+	mnt := t.TempDir()
+	cmd := mlfsdCmd(t, "mount", "--read-only", "file://"+src+"/labels.csv", mnt)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+	}()
+	waitMounted(t, mnt, cmd, &stderr)
+	got, err := os.ReadFile(filepath.Join(mnt, "labels.csv"))
+	if err != nil || string(got) != "id,label\n1,cat\n" {
+		t.Fatalf("read = %q, %v", got, err)
+	}
+}
+
+func TestMountRefusesBadInput(t *testing.T) {
+	src := t.TempDir()
+	full := t.TempDir()
+	os.WriteFile(filepath.Join(full, "keep-me"), []byte("x"), 0o644)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"mount", "--read-only", "nas://" + src + "/", filepath.Join(src, "missing")}, "does not exist"},
+		{[]string{"mount", "--read-only", "nas://" + src + "/", full}, "not empty"},
+		{[]string{"mount", "--read-only", "s3://bucket/x/", t.TempDir()}, "unknown scheme"},
+		{[]string{"mount", "--read-only", "nas://" + src + "/nope/", t.TempDir()}, "does not exist"},
+		{[]string{"mount", "--read-only", "nas://" + src + "/"}, "accepts 2 arg"},
+	}
+	for _, c := range cases {
+		code, _, stderr := runMlfsd(t, c.args...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("mlfsd %v: exit %d, stderr %q; want failure mentioning %q", c.args, code, stderr, c.want)
+		}
+	}
+	if data, err := os.ReadFile(filepath.Join(full, "keep-me")); err != nil || string(data) != "x" {
+		t.Errorf("non-empty mountpoint was disturbed: %q, %v", data, err)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := runMlfsd(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "mlfsd ") {
+		t.Fatalf("version: exit %d, %q", code, out)
+	}
+}
