@@ -1,0 +1,200 @@
+package nas
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// defaultMaxKeys is the page size when the caller leaves it to us.
+const defaultMaxKeys = 1000
+
+// List returns one page of entries under opt.Prefix in ascending key
+// order. Directories are real, so they list as objects with IsDir set
+// (Prefixes stays empty); a recursive listing includes them too, each just
+// before the keys below it. NextToken is the last key returned: the next
+// page starts after it, skipping whole subtrees that sort before it.
+// Temporary files, FIFOs, sockets, devices, and symlinks that dangle or
+// lead outside the root are not listed.
+func (b *backend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
+	release, err := b.acquire(ctx)
+	if err != nil {
+		return backends.ListPage{}, mapErr("list", opt.Prefix, err)
+	}
+	defer release()
+	i := strings.LastIndexByte(opt.Prefix, '/')
+	dirKey, namePrefix := opt.Prefix[:i+1], opt.Prefix[i+1:]
+	rel := "."
+	if dirKey != "" {
+		p, err := parseKey("list", dirKey, false)
+		if errors.Is(err, backends.ErrNotExist) {
+			return backends.ListPage{}, nil // a temporary file's name
+		}
+		if err != nil {
+			return backends.ListPage{}, err
+		}
+		rel = p.rel
+	}
+	max := opt.MaxKeys
+	if max <= 0 {
+		max = defaultMaxKeys
+	}
+	l := &lister{b: b, ctx: ctx, token: opt.Token, max: max, recursive: opt.Recursive, ancestors: map[devIno]bool{}}
+	if err := l.walk(rel, dirKey, namePrefix, true); err != nil {
+		return backends.ListPage{}, mapErr("list", opt.Prefix, err)
+	}
+	page := backends.ListPage{Objects: l.objs}
+	// The walk gathers one entry more than a page to learn whether
+	// another page follows.
+	if len(l.objs) > max {
+		page.Objects = l.objs[:max]
+		page.NextToken = page.Objects[max-1].Key
+	}
+	return page, nil
+}
+
+type devIno struct{ dev, ino uint64 }
+
+// lister gathers one page of a listing.
+type lister struct {
+	b         *backend
+	ctx       context.Context
+	token     string
+	max       int
+	recursive bool
+	// ancestors holds the directories being walked, so a symlink back to
+	// one of them does not loop.
+	ancestors map[devIno]bool
+	objs      []backends.ObjectInfo
+	steps     int
+}
+
+func (l *lister) full() bool { return len(l.objs) > l.max }
+
+// item is one position in the sorted walk of a directory: an entry itself
+// (key "dir/name"), or, in a recursive walk, the subtree below it
+// ("dir/name/"). Sorting both by string puts every key in global order.
+type item struct {
+	s    string
+	name string
+	sub  bool
+}
+
+// walk lists directory rel, whose keys start with dirKey ("" or ending in
+// '/'), keeping names that start with namePrefix.
+func (l *lister) walk(rel, dirKey, namePrefix string, top bool) error {
+	fd, err := openBeneath(l.b.rootfd, rel, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		if err == unix.ENOENT || err == unix.ENOTDIR || !top {
+			// Nothing there (or it went away mid-walk): nothing to list.
+			return nil
+		}
+		return err
+	}
+	dir := os.NewFile(uintptr(fd), rel)
+	defer dir.Close()
+	var dst unix.Stat_t
+	if err := unix.Fstat(fd, &dst); err != nil {
+		return err
+	}
+	self := devIno{dst.Dev, dst.Ino}
+	if l.ancestors[self] {
+		return nil
+	}
+	l.ancestors[self] = true
+	defer delete(l.ancestors, self)
+
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		if top {
+			return err
+		}
+		return nil
+	}
+	items := make([]item, 0, len(names)*2)
+	for _, n := range names {
+		if !strings.HasPrefix(n, namePrefix) || strings.HasPrefix(n, tmpPrefix) {
+			continue
+		}
+		items = append(items, item{s: dirKey + n, name: n})
+		if l.recursive {
+			items = append(items, item{s: dirKey + n + "/", name: n, sub: true})
+		}
+	}
+	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.s, b.s) })
+
+	// An entry's self item always precedes its subtree item, so one
+	// remembered stat serves both.
+	var lastName string
+	var lastSt unix.Stat_t
+	var lastOK bool
+	entry := func(name string) (*unix.Stat_t, bool) {
+		if name != lastName {
+			lastName = name
+			lastOK = l.stat(fd, rel, name, &lastSt)
+		}
+		return &lastSt, lastOK
+	}
+	for _, it := range items {
+		if l.full() {
+			return nil
+		}
+		if l.steps++; l.steps%256 == 0 {
+			if err := l.ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if !it.sub {
+			if l.token != "" && it.s <= l.token {
+				continue
+			}
+			if st, ok := entry(it.name); ok {
+				l.objs = append(l.objs, info(it.s, st))
+			}
+			continue
+		}
+		// Skip a subtree that sorts wholly before the token.
+		if l.token != "" && l.token >= it.s && !strings.HasPrefix(l.token, it.s) {
+			continue
+		}
+		if st, ok := entry(it.name); !ok || !isDir(st) {
+			continue
+		}
+		child := it.name
+		if rel != "." {
+			child = rel + "/" + it.name
+		}
+		if err := l.walk(child, it.s, "", false); err != nil {
+			return err
+		}
+	}
+	return l.ctx.Err()
+}
+
+// stat describes entry name of directory dirfd (at rel), following a
+// symlink only while it stays inside the root. It reports false for what is
+// not listed.
+func (l *lister) stat(dirfd int, rel, name string, st *unix.Stat_t) bool {
+	if err := unix.Fstatat(dirfd, name, st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return false
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		path := name
+		if rel != "." {
+			path = rel + "/" + name
+		}
+		if err := l.b.statBeneath(path, st); err != nil {
+			if err == errEscape {
+				l.b.log.Debug("nas: not listing a symlink that leads outside the root", "key", path)
+			}
+			return false
+		}
+	}
+	return isDir(st) || isReg(st)
+}
