@@ -1,0 +1,128 @@
+package oss
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+)
+
+// credentials are an access key pair and an optional STS token. They are
+// never logged, formatted or written anywhere: String hides them.
+type credentials struct {
+	id, secret, token string
+}
+
+func (c credentials) String() string { return "credentials{redacted}" }
+
+// GoString hides the secret from %#v as well.
+func (c credentials) GoString() string { return c.String() }
+
+// loadCredentials reads the credentials file when one is given, otherwise
+// OSS_ACCESS_KEY_ID, OSS_ACCESS_KEY_SECRET and OSS_SESSION_TOKEN.
+func loadCredentials(file string) (credentials, error) {
+	if file != "" {
+		return readCredentialsFile(file)
+	}
+	c := credentials{
+		id:     os.Getenv("OSS_ACCESS_KEY_ID"),
+		secret: os.Getenv("OSS_ACCESS_KEY_SECRET"),
+		token:  os.Getenv("OSS_SESSION_TOKEN"),
+	}
+	if c.id == "" || c.secret == "" {
+		return credentials{}, errors.New("no OSS credentials: set OSS_ACCESS_KEY_ID and OSS_ACCESS_KEY_SECRET (and OSS_SESSION_TOKEN for STS), or pass --oss-credentials-file")
+	}
+	return c, nil
+}
+
+// readCredentialsFile parses "key = value" lines (ossutil's config format,
+// or an env file): accessKeyID / OSS_ACCESS_KEY_ID, accessKeySecret /
+// OSS_ACCESS_KEY_SECRET, stsToken / OSS_SESSION_TOKEN. Sections, comments
+// and other keys are ignored. A file that group or others may read is
+// refused, as ssh refuses a private key.
+func readCredentialsFile(path string) (credentials, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return credentials{}, fmt.Errorf("OSS credentials file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return credentials{}, fmt.Errorf("OSS credentials file %s is accessible by group or others (mode %04o): run chmod 600 %s", path, fi.Mode().Perm(), path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return credentials{}, fmt.Errorf("OSS credentials file: %w", err)
+	}
+	defer f.Close()
+	var c credentials
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' || line[0] == ';' || line[0] == '[' {
+			continue
+		}
+		line = strings.TrimPrefix(line, "export ")
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		v = strings.Trim(strings.TrimSpace(v), `"'`)
+		switch strings.ToLower(strings.TrimSpace(k)) {
+		case "accesskeyid", "access_key_id", "oss_access_key_id":
+			c.id = v
+		case "accesskeysecret", "access_key_secret", "oss_access_key_secret":
+			c.secret = v
+		case "ststoken", "securitytoken", "session_token", "oss_session_token":
+			c.token = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return credentials{}, fmt.Errorf("OSS credentials file %s: %w", path, err)
+	}
+	if c.id == "" || c.secret == "" {
+		return credentials{}, fmt.Errorf("OSS credentials file %s: want accessKeyID and accessKeySecret lines (or OSS_ACCESS_KEY_ID and OSS_ACCESS_KEY_SECRET)", path)
+	}
+	return c, nil
+}
+
+// resolveEndpoint picks the endpoint (the URI's, else the option's, else
+// OSS_ENDPOINT) and turns it into a URL. Without a scheme, an IP address or
+// localhost gets http:// and path-style addressing (an emulator or a
+// private gateway); anything else gets https:// and virtual-hosted style.
+func resolveEndpoint(uriEndpoint, optEndpoint string) (endpointURL, host string, pathStyle bool, err error) {
+	ep := uriEndpoint
+	if ep == "" {
+		ep = optEndpoint
+	}
+	if ep == "" {
+		ep = os.Getenv("OSS_ENDPOINT")
+	}
+	if ep == "" {
+		return "", "", false, errors.New("no OSS endpoint: use oss://bucket.endpoint/prefix/, --oss-endpoint, or OSS_ENDPOINT (for example oss-cn-hangzhou.aliyuncs.com)")
+	}
+	scheme := ""
+	host = ep
+	if s, rest, ok := strings.Cut(ep, "://"); ok {
+		scheme, host = strings.ToLower(s), rest
+		if scheme != "http" && scheme != "https" {
+			return "", "", false, fmt.Errorf("OSS endpoint %q: scheme must be http or https", ep)
+		}
+	}
+	host = strings.TrimSuffix(host, "/")
+	if host == "" || strings.ContainsAny(host, "/?#@ ") {
+		return "", "", false, fmt.Errorf("OSS endpoint %q: want a host name with an optional port, like oss-cn-hangzhou.aliyuncs.com", ep)
+	}
+	hn := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		hn = h
+	}
+	local := hn == "localhost" || net.ParseIP(strings.Trim(hn, "[]")) != nil
+	if scheme == "" {
+		scheme = "https"
+		if local {
+			scheme = "http"
+		}
+	}
+	return scheme + "://" + host, host, local, nil
+}

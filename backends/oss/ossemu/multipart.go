@@ -1,0 +1,321 @@
+package ossemu
+
+import (
+	"crypto/md5"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"hash/crc64"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// uploadRecord is ROOT/.ossemu/uploads/<id>/upload.json.
+type uploadRecord struct {
+	Bucket    string            `json:"bucket"`
+	Key       string            `json:"key"`
+	CType     string            `json:"ctype,omitempty"`
+	User      map[string]string `json:"user,omitempty"`
+	Initiated time.Time         `json:"initiated"`
+}
+
+var uploadIDRe = regexp.MustCompile(`^[0-9A-F]{32}$`)
+
+func (s *Server) uploadDir(id string) string {
+	return filepath.Join(s.root, internalDir, "uploads", id)
+}
+
+func (s *Server) loadUpload(id, bucket, key string) (uploadRecord, bool) {
+	if !uploadIDRe.MatchString(id) {
+		return uploadRecord{}, false
+	}
+	b, err := os.ReadFile(filepath.Join(s.uploadDir(id), "upload.json"))
+	if err != nil {
+		return uploadRecord{}, false
+	}
+	var u uploadRecord
+	if json.Unmarshal(b, &u) != nil || u.Bucket != bucket || u.Key != key {
+		return uploadRecord{}, false
+	}
+	return u, true
+}
+
+type initiateResult struct {
+	XMLName  xml.Name `xml:"InitiateMultipartUploadResult"`
+	Bucket   string   `xml:"Bucket"`
+	Key      string   `xml:"Key"`
+	UploadID string   `xml:"UploadId"`
+}
+
+func (s *Server) handleInitiate(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	rc.op = "InitiateMultipartUpload"
+	s.count(rc.op)
+	if err := checkKey(rc.key); err != nil || strings.HasSuffix(rc.key, "/") {
+		s.receiveError(w, r, rc, errBadKey)
+		return
+	}
+	var rb [16]byte
+	_, _ = rand.Read(rb[:])
+	id := strings.ToUpper(hex.EncodeToString(rb[:]))
+	rec := uploadRecord{Bucket: rc.bucket, Key: rc.key, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), Initiated: time.Now()}
+	b, _ := json.Marshal(rec)
+	dir := s.uploadDir(id)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, "upload.json"), b, 0o644); err != nil {
+		os.RemoveAll(dir)
+		s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+		return
+	}
+	enc := r.URL.Query().Get("encoding-type") == "url"
+	s.writeXML(w, r, rc, http.StatusOK, initiateResult{Bucket: rc.bucket, Key: encodeKey(rc.key, enc), UploadID: id})
+}
+
+func partName(n int) string { return fmt.Sprintf("part-%05d", n) }
+
+func (s *Server) handleUploadPart(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	rc.op = "UploadPart"
+	q := r.URL.Query()
+	id := q.Get("uploadId")
+	if s.copySource(r, rc) == "" {
+		s.count(rc.op)
+	}
+	if _, ok := s.loadUpload(id, rc.bucket, rc.key); !ok {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchUpload", "The specified upload does not exist.")
+		return
+	}
+	n, err := strconv.Atoi(q.Get("partNumber"))
+	if err != nil || n < 1 || n > 10000 {
+		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidArgument", "partNumber must be an integer from 1 to 10000")
+		return
+	}
+	var f *os.File
+	var hw *hashWriter
+	if src := s.copySource(r, rc); src != "" {
+		rc.op = "UploadPartCopy"
+		s.count(rc.op)
+		f, hw, err = s.copyRange(r, src)
+		if err != nil {
+			s.writeError(w, r, rc, http.StatusBadRequest, "InvalidArgument", err.Error())
+			return
+		}
+	} else if f, hw, err = s.receive(r); err != nil {
+		s.receiveError(w, r, rc, err)
+		return
+	}
+	m := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, Size: hw.n}
+	err = writeMetaFd(f, m)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(s.uploadDir(id), partName(n)))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		// The upload was aborted or completed meanwhile.
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchUpload", "The specified upload does not exist.")
+		return
+	}
+	w.Header().Set("ETag", `"`+m.ETag+`"`)
+	w.Header().Set("x-oss-hash-crc64ecma", strconv.FormatUint(m.CRC64, 10))
+	if rc.op == "UploadPartCopy" {
+		s.writeXML(w, r, rc, http.StatusOK, copyPartResult{LastModified: isoTime(time.Now()), ETag: `"` + m.ETag + `"`})
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+type copyPartResult struct {
+	XMLName      xml.Name `xml:"CopyPartResult"`
+	LastModified string   `xml:"LastModified"`
+	ETag         string   `xml:"ETag"`
+}
+
+// copyRange copies (a range of) an existing object into a temporary file,
+// for UploadPartCopy (x-*-copy-source with x-*-copy-source-range).
+func (s *Server) copyRange(r *http.Request, src string) (*os.File, *hashWriter, error) {
+	srcBucket, srcKey, _ := strings.Cut(src, "/")
+	if !s.bucketExists(srcBucket) {
+		return nil, nil, fmt.Errorf("source bucket %q does not exist", srcBucket)
+	}
+	oi, err := s.lookup(srcBucket, srcKey)
+	if err != nil || oi.isDir {
+		return nil, nil, fmt.Errorf("source object %q does not exist", srcKey)
+	}
+	start, end := int64(0), oi.Size-1
+	rv := r.Header.Get("x-amz-copy-source-range") + r.Header.Get("x-oss-copy-source-range")
+	if rv != "" {
+		st, en, present, ok := parseRange(rv, oi.Size)
+		if !present || !ok {
+			return nil, nil, fmt.Errorf("bad copy source range %q", rv)
+		}
+		start, end = st, en
+	}
+	in, err := os.Open(oi.path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer in.Close()
+	f, err := s.tempFile()
+	if err != nil {
+		return nil, nil, err
+	}
+	hw := newHashWriter()
+	if _, err := io.Copy(io.MultiWriter(f, hw), io.NewSectionReader(in, start, end-start+1)); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, nil, err
+	}
+	return f, hw, nil
+}
+
+type completeRequest struct {
+	Parts []struct {
+		PartNumber int    `xml:"PartNumber"`
+		ETag       string `xml:"ETag"`
+	} `xml:"Part"`
+}
+
+type completeResult struct {
+	XMLName  xml.Name `xml:"CompleteMultipartUploadResult"`
+	Location string   `xml:"Location"`
+	Bucket   string   `xml:"Bucket"`
+	Key      string   `xml:"Key"`
+	ETag     string   `xml:"ETag"`
+}
+
+func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	rc.op = "CompleteMultipartUpload"
+	s.count(rc.op)
+	id := r.URL.Query().Get("uploadId")
+	rec, ok := s.loadUpload(id, rc.bucket, rc.key)
+	if !ok {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchUpload", "The specified upload does not exist.")
+		return
+	}
+	var req completeRequest
+	if err := xml.NewDecoder(io.LimitReader(r.Body, 8<<20)).Decode(&req); err != nil {
+		s.writeError(w, r, rc, http.StatusBadRequest, "MalformedXML", err.Error())
+		return
+	}
+	if len(req.Parts) == 0 {
+		s.writeError(w, r, rc, http.StatusBadRequest, "MalformedXML", "no parts")
+		return
+	}
+	dir := s.uploadDir(id)
+	f, err := s.tempFile()
+	if err != nil {
+		s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+		return
+	}
+	fail := func(status int, code, msg string) {
+		f.Close()
+		os.Remove(f.Name())
+		s.writeError(w, r, rc, status, code, msg)
+	}
+	crc := crc64.New(crcTable)
+	etags := md5.New()
+	prev := 0
+	for _, p := range req.Parts {
+		if p.PartNumber <= prev {
+			fail(http.StatusBadRequest, "InvalidPartOrder", "The list of parts was not in ascending order.")
+			return
+		}
+		prev = p.PartNumber
+		pp := filepath.Join(dir, partName(p.PartNumber))
+		pm, ok := readMeta(pp)
+		if !ok || !strings.EqualFold(strings.Trim(p.ETag, `"`), pm.ETag) {
+			fail(http.StatusBadRequest, "InvalidPart", fmt.Sprintf("part %d was not uploaded or its ETag does not match", p.PartNumber))
+			return
+		}
+		in, err := os.Open(pp)
+		if err != nil {
+			fail(http.StatusBadRequest, "InvalidPart", fmt.Sprintf("part %d: %v", p.PartNumber, err))
+			return
+		}
+		_, err = io.Copy(io.MultiWriter(f, crc), in)
+		in.Close()
+		if err != nil {
+			fail(http.StatusInternalServerError, "InternalError", err.Error())
+			return
+		}
+		b, _ := hex.DecodeString(pm.ETag)
+		etags.Write(b)
+	}
+	etag := fmt.Sprintf("%X-%d", etags.Sum(nil), len(req.Parts))
+	m := meta{ETag: etag, CRC64: crc.Sum64(), HasCRC: true, Multipart: true, CType: rec.CType, User: rec.User}
+	oi, err := s.publish(f, rc.bucket, rc.key, m)
+	if err != nil {
+		s.receiveError(w, r, rc, err)
+		return
+	}
+	os.RemoveAll(dir)
+	w.Header().Set("x-oss-hash-crc64ecma", strconv.FormatUint(oi.CRC64, 10))
+	w.Header().Set("ETag", `"`+etag+`"`)
+	enc := r.URL.Query().Get("encoding-type") == "url"
+	s.writeXML(w, r, rc, http.StatusOK, completeResult{Location: "/" + rc.bucket + "/" + rc.key, Bucket: rc.bucket,
+		Key: encodeKey(rc.key, enc), ETag: `"` + etag + `"`})
+}
+
+func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	rc.op = "AbortMultipartUpload"
+	s.count(rc.op)
+	id := r.URL.Query().Get("uploadId")
+	if _, ok := s.loadUpload(id, rc.bucket, rc.key); !ok {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchUpload", "The specified upload does not exist.")
+		return
+	}
+	if err := os.RemoveAll(s.uploadDir(id)); err != nil {
+		s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+type listUploadsResult struct {
+	XMLName     xml.Name    `xml:"ListMultipartUploadsResult"`
+	Bucket      string      `xml:"Bucket"`
+	IsTruncated bool        `xml:"IsTruncated"`
+	Uploads     []xmlUpload `xml:"Upload"`
+}
+
+type xmlUpload struct {
+	Key       string `xml:"Key"`
+	UploadID  string `xml:"UploadId"`
+	Initiated string `xml:"Initiated"`
+}
+
+func (s *Server) handleListUploads(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	rc.op = "ListMultipartUploads"
+	s.count(rc.op)
+	if !s.bucketExists(rc.bucket) {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+		return
+	}
+	des, _ := os.ReadDir(filepath.Join(s.root, internalDir, "uploads"))
+	prefix := r.URL.Query().Get("prefix")
+	enc := r.URL.Query().Get("encoding-type") == "url"
+	out := listUploadsResult{Bucket: rc.bucket}
+	for _, de := range des {
+		b, err := os.ReadFile(filepath.Join(s.uploadDir(de.Name()), "upload.json"))
+		var u uploadRecord
+		if err != nil || json.Unmarshal(b, &u) != nil || u.Bucket != rc.bucket || !strings.HasPrefix(u.Key, prefix) {
+			continue
+		}
+		out.Uploads = append(out.Uploads, xmlUpload{Key: encodeKey(u.Key, enc), UploadID: de.Name(), Initiated: isoTime(u.Initiated)})
+	}
+	sort.Slice(out.Uploads, func(i, j int) bool { return out.Uploads[i].Key < out.Uploads[j].Key })
+	s.writeXML(w, r, rc, http.StatusOK, out)
+}

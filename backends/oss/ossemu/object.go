@@ -1,0 +1,487 @@
+package ossemu
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// metaPrefix is the user-metadata header prefix of the client's protocol.
+func (rc *reqCtx) metaPrefix() string {
+	if rc.s3 {
+		return "X-Amz-Meta-"
+	}
+	return "X-Oss-Meta-"
+}
+
+// userMeta collects x-oss-meta-* and x-amz-meta-* headers.
+func userMeta(h http.Header) map[string]string {
+	var m map[string]string
+	for k, v := range h {
+		lk := strings.ToLower(k)
+		for _, p := range []string{"x-oss-meta-", "x-amz-meta-"} {
+			if strings.HasPrefix(lk, p) && len(v) > 0 {
+				if m == nil {
+					m = map[string]string{}
+				}
+				m[lk[len(p):]] = v[0]
+			}
+		}
+	}
+	return m
+}
+
+func (s *Server) setObjectHeaders(w http.ResponseWriter, rc *reqCtx, oi objInfo) {
+	h := w.Header()
+	h.Set("ETag", `"`+oi.ETag+`"`)
+	h.Set("Last-Modified", oi.mtime.UTC().Format(http.TimeFormat))
+	ct := oi.CType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	h.Set("Content-Type", ct)
+	h.Set("Accept-Ranges", "bytes")
+	typ := "Normal"
+	if oi.Multipart {
+		typ = "Multipart"
+	}
+	h.Set("x-oss-object-type", typ)
+	h.Set("x-oss-storage-class", "Standard")
+	if oi.HasCRC {
+		h.Set("x-oss-hash-crc64ecma", strconv.FormatUint(oi.CRC64, 10))
+	}
+	for k, v := range oi.User {
+		h.Set(rc.metaPrefix()+k, v)
+	}
+}
+
+// parseRange parses a single "bytes=" range against size. ok is false for
+// a syntactically valid range that cannot be satisfied; present is false
+// when there is no usable Range header (absent, malformed, multi-range).
+func parseRange(v string, size int64) (start, end int64, present, ok bool) {
+	spec, found := strings.CutPrefix(strings.TrimSpace(v), "bytes=")
+	if !found || strings.Contains(spec, ",") {
+		return 0, 0, false, false
+	}
+	a, b, found := strings.Cut(spec, "-")
+	if !found {
+		return 0, 0, false, false
+	}
+	switch {
+	case a == "":
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || n < 0 {
+			return 0, 0, false, false
+		}
+		if n == 0 || size == 0 {
+			return 0, 0, true, false
+		}
+		return max(size-n, 0), size - 1, true, true
+	default:
+		s, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || s < 0 {
+			return 0, 0, false, false
+		}
+		e := size - 1
+		if b != "" {
+			e, err = strconv.ParseInt(b, 10, 64)
+			if err != nil || e < s {
+				return 0, 0, false, false
+			}
+			e = min(e, size-1)
+		}
+		if s >= size {
+			return 0, 0, true, false
+		}
+		return s, e, true, true
+	}
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	head := r.Method == http.MethodHead
+	rc.op = "GetObject"
+	if head {
+		rc.op = "HeadObject"
+	}
+	s.count(rc.op)
+	oi, err := s.lookup(rc.bucket, rc.key)
+	if err != nil {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified key does not exist.")
+		return
+	}
+	if im := r.Header.Get("If-Match"); im != "" && !etagMatch(im, oi.ETag) {
+		s.writeError(w, r, rc, http.StatusPreconditionFailed, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold.")
+		return
+	}
+	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatch(inm, oi.ETag) {
+		s.setObjectHeaders(w, rc, oi)
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	start, end := int64(0), oi.Size-1
+	status := http.StatusOK
+	if rv := r.Header.Get("Range"); rv != "" {
+		st, en, present, ok := parseRange(rv, oi.Size)
+		standard := rc.s3 || strings.EqualFold(r.Header.Get("x-oss-range-behavior"), "standard")
+		switch {
+		case present && ok:
+			start, end, status = st, en, http.StatusPartialContent
+		case present && standard:
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", oi.Size))
+			s.writeError(w, r, rc, http.StatusRequestedRangeNotSatisfiable, "InvalidRange", "The requested range cannot be satisfied.")
+			return
+		}
+		// Otherwise OSS ignores the range and sends the whole object.
+	}
+	if status == http.StatusOK {
+		// A whole-object response carries the CRC the client verifies.
+		if err := s.ensureCRC(&oi); err != nil {
+			s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+			return
+		}
+	}
+	n := end - start + 1
+	s.setObjectHeaders(w, rc, oi)
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	if status == http.StatusPartialContent {
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, end, oi.Size))
+	}
+	if head || n == 0 {
+		if rc.fault != "" && !head {
+			killConn(w, r, rc.fault, false)
+			return
+		}
+		w.WriteHeader(status)
+		return
+	}
+	f, err := os.Open(oi.path)
+	if err != nil {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified key does not exist.")
+		return
+	}
+	defer f.Close()
+	w.WriteHeader(status)
+	limit := n
+	if rc.fault != "" {
+		limit = s.cutoff(n)
+	}
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		killConn(w, r, FaultReset, true)
+		return
+	}
+	// A LimitedReader over the *os.File lets net/http use sendfile.
+	sent, err := io.Copy(bodyWriter(w, r), io.LimitReader(f, limit))
+	s.add("bytes.out", sent)
+	if rc.fault != "" {
+		killConn(w, r, rc.fault, true)
+		return
+	}
+	if err == nil && sent < n {
+		// The file shrank under us: never pretend the body is complete.
+		killConn(w, r, FaultTruncate, true)
+	}
+}
+
+func etagMatch(header, etag string) bool {
+	for _, v := range strings.Split(header, ",") {
+		v = strings.Trim(strings.TrimSpace(v), `"`)
+		if v == "*" || strings.EqualFold(v, etag) {
+			return true
+		}
+	}
+	return false
+}
+
+// bodyReader returns the request's payload, decoding aws-chunked uploads,
+// and its declared length (-1 when unknown).
+func bodyReader(r *http.Request) (io.Reader, int64) {
+	body := requestBody(r)
+	sha := r.Header.Get("X-Amz-Content-Sha256")
+	if strings.HasPrefix(sha, "STREAMING-") || strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") {
+		n, err := strconv.ParseInt(r.Header.Get("X-Amz-Decoded-Content-Length"), 10, 64)
+		if err != nil {
+			n = -1
+		}
+		return &awsChunkedReader{r: bufio.NewReader(body)}, n
+	}
+	return body, r.ContentLength
+}
+
+// receive streams a request body into a temporary file, hashing it.
+func (s *Server) receive(r *http.Request) (*os.File, *hashWriter, error) {
+	body, n := bodyReader(r)
+	f, err := s.tempFile()
+	if err != nil {
+		return nil, nil, err
+	}
+	hw := newHashWriter()
+	got, err := io.Copy(io.MultiWriter(f, hw), body)
+	s.add("bytes.in", got)
+	if err == nil && n >= 0 && got != n {
+		err = fmt.Errorf("body has %d bytes, want %d", got, n)
+	}
+	if err == nil {
+		if cm := r.Header.Get("Content-MD5"); cm != "" {
+			want, derr := base64.StdEncoding.DecodeString(cm)
+			if derr != nil || string(want) != string(hw.md5.Sum(nil)) {
+				err = errBadDigest
+			}
+		}
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, nil, err
+	}
+	return f, hw, nil
+}
+
+var errBadDigest = errors.New("the Content-MD5 you specified did not match what was received")
+
+func (s *Server) receiveError(w http.ResponseWriter, r *http.Request, rc *reqCtx, err error) {
+	switch {
+	case errors.Is(err, errBadDigest):
+		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidDigest", err.Error())
+	case errors.Is(err, errBadKey):
+		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidObjectName", err.Error())
+	case errors.Is(err, errConflict):
+		s.writeError(w, r, rc, http.StatusConflict, "ObjectConflict", err.Error())
+	default:
+		s.writeError(w, r, rc, http.StatusBadRequest, "IncompleteBody", err.Error())
+	}
+}
+
+func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	rc.op = "PutObject"
+	s.count(rc.op)
+	if err := checkKey(rc.key); err != nil {
+		s.receiveError(w, r, rc, err)
+		return
+	}
+	f, hw, err := s.receive(r)
+	if err != nil {
+		s.receiveError(w, r, rc, err)
+		return
+	}
+	if strings.HasSuffix(rc.key, "/") {
+		f.Close()
+		os.Remove(f.Name())
+		if hw.n != 0 {
+			s.writeError(w, r, rc, http.StatusBadRequest, "InvalidObjectName", "ossemu stores a key ending in '/' as a directory: it must be empty")
+			return
+		}
+		if err := s.makeMarker(rc.bucket, rc.key); err != nil {
+			s.receiveError(w, r, rc, err)
+			return
+		}
+		w.Header().Set("ETag", `"`+emptyMD5+`"`)
+		w.Header().Set("x-oss-hash-crc64ecma", "0")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	m := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header)}
+	oi, err := s.publish(f, rc.bucket, rc.key, m)
+	if err != nil {
+		s.receiveError(w, r, rc, err)
+		return
+	}
+	w.Header().Set("ETag", `"`+oi.ETag+`"`)
+	w.Header().Set("x-oss-hash-crc64ecma", strconv.FormatUint(oi.CRC64, 10))
+	w.WriteHeader(http.StatusOK)
+}
+
+// copySource returns the decoded "bucket/key" source of a copy request, or "".
+func (s *Server) copySource(r *http.Request, rc *reqCtx) string {
+	if v := r.Header.Get("x-oss-copy-source"); v != "" {
+		// The aliyun SDK escapes the key with url.QueryEscape.
+		d, err := url.QueryUnescape(v)
+		if err != nil {
+			return v
+		}
+		return strings.TrimPrefix(d, "/")
+	}
+	if v := r.Header.Get("x-amz-copy-source"); v != "" {
+		v, _, _ = strings.Cut(v, "?versionId=")
+		d, err := url.PathUnescape(v)
+		if err != nil {
+			return v
+		}
+		return strings.TrimPrefix(d, "/")
+	}
+	return ""
+}
+
+type copyResult struct {
+	XMLName      xml.Name `xml:"CopyObjectResult"`
+	LastModified string   `xml:"LastModified"`
+	ETag         string   `xml:"ETag"`
+}
+
+func (s *Server) handleCopy(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	rc.op = "CopyObject"
+	s.count(rc.op)
+	srcBucket, srcKey, _ := strings.Cut(s.copySource(r, rc), "/")
+	if !s.bucketExists(srcBucket) {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The source bucket does not exist.")
+		return
+	}
+	if err := checkKey(rc.key); err != nil || strings.HasSuffix(rc.key, "/") {
+		s.receiveError(w, r, rc, errBadKey)
+		return
+	}
+	src, err := s.lookup(srcBucket, srcKey)
+	if err != nil || src.isDir {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified source key does not exist.")
+		return
+	}
+	for _, h := range []string{"x-oss-copy-source-if-match", "x-amz-copy-source-if-match"} {
+		if v := r.Header.Get(h); v != "" && !etagMatch(v, src.ETag) {
+			s.writeError(w, r, rc, http.StatusPreconditionFailed, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold.")
+			return
+		}
+	}
+	in, err := os.Open(src.path)
+	if err != nil {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified source key does not exist.")
+		return
+	}
+	defer in.Close()
+	f, err := s.tempFile()
+	if err != nil {
+		s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+		return
+	}
+	m := src.meta
+	if !m.HasCRC {
+		hw := newHashWriter()
+		_, err = io.Copy(io.MultiWriter(f, hw), in)
+		m.CRC64, m.HasCRC = hw.crc.Sum64(), true
+	} else {
+		_, err = io.Copy(f, in)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+		return
+	}
+	directive := r.Header.Get("x-oss-metadata-directive") + r.Header.Get("x-amz-metadata-directive")
+	if strings.EqualFold(directive, "REPLACE") {
+		m.CType, m.User = r.Header.Get("Content-Type"), userMeta(r.Header)
+	}
+	oi, err := s.publish(f, rc.bucket, rc.key, m)
+	if err != nil {
+		s.receiveError(w, r, rc, err)
+		return
+	}
+	w.Header().Set("x-oss-hash-crc64ecma", strconv.FormatUint(oi.CRC64, 10))
+	s.writeXML(w, r, rc, http.StatusOK, copyResult{LastModified: isoTime(oi.mtime), ETag: `"` + oi.ETag + `"`})
+}
+
+type deleteRequest struct {
+	Quiet   bool `xml:"Quiet"`
+	Objects []struct {
+		Key string `xml:"Key"`
+	} `xml:"Object"`
+}
+
+type deleteResult struct {
+	XMLName      xml.Name    `xml:"DeleteResult"`
+	EncodingType string      `xml:"EncodingType,omitempty"`
+	Deleted      []deletedEl `xml:"Deleted"`
+}
+
+type deletedEl struct {
+	Key string `xml:"Key"`
+}
+
+func (s *Server) handleDeleteMulti(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	rc.op = "DeleteObjects"
+	s.count(rc.op)
+	if !s.bucketExists(rc.bucket) {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+		return
+	}
+	var req deleteRequest
+	if err := xml.NewDecoder(io.LimitReader(r.Body, 8<<20)).Decode(&req); err != nil {
+		s.writeError(w, r, rc, http.StatusBadRequest, "MalformedXML", err.Error())
+		return
+	}
+	enc := r.URL.Query().Get("encoding-type") == "url"
+	out := deleteResult{}
+	if enc {
+		out.EncodingType = "url"
+	}
+	for _, o := range req.Objects {
+		// encoding-type=url applies to the response only: request keys
+		// are plain (XML-escaped) text.
+		k := o.Key
+		if err := s.deleteObject(rc.bucket, k); err != nil {
+			s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+			return
+		}
+		if !req.Quiet {
+			out.Deleted = append(out.Deleted, deletedEl{Key: encodeKey(k, enc)})
+		}
+	}
+	s.writeXML(w, r, rc, http.StatusOK, out)
+}
+
+// awsChunkedReader decodes the aws-chunked content encoding (SigV4
+// streaming uploads): "<hex-size>[;chunk-signature=...]\r\n<data>\r\n",
+// ending with a zero-size chunk and optional trailers.
+type awsChunkedReader struct {
+	r    *bufio.Reader
+	left int64
+	done bool
+}
+
+func (c *awsChunkedReader) Read(p []byte) (int, error) {
+	for c.left == 0 {
+		if c.done {
+			return 0, io.EOF
+		}
+		line, err := c.r.ReadString('\n')
+		if err != nil {
+			return 0, io.ErrUnexpectedEOF
+		}
+		line = strings.TrimRight(line, "\r\n")
+		if line == "" {
+			continue // the CRLF after a chunk's data
+		}
+		sz, _, _ := strings.Cut(line, ";")
+		n, err := strconv.ParseInt(strings.TrimSpace(sz), 16, 64)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("aws-chunked: bad chunk header %q", line)
+		}
+		if n == 0 {
+			c.done = true
+			// Trailers (if any) up to an empty line or EOF.
+			for {
+				l, err := c.r.ReadString('\n')
+				if err != nil || strings.TrimRight(l, "\r\n") == "" {
+					break
+				}
+			}
+			return 0, io.EOF
+		}
+		c.left = n
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	if err == io.EOF && c.left > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}

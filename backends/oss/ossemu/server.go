@@ -1,0 +1,543 @@
+// Package ossemu serves a local directory over the OSS REST protocol, well
+// enough for the aliyun-oss-go-sdk, and over the S3 REST protocol
+// (path-style), well enough for rclone and s3fs, so peers can be measured
+// against the very same data.
+//
+// Each top-level directory of the root is a bucket and each object a plain
+// file under it, so data can be seeded and checked with ordinary file tools.
+// Objects stream from and to disk: memory use does not grow with object
+// size. Options inject latency (time to first byte), per-connection
+// bandwidth limits and failures (5xx, connection resets, truncated bodies).
+//
+// Signatures are not verified: any OSS (OSS, OSS4-HMAC-SHA256) or S3 (AWS,
+// AWS4-HMAC-SHA256) Authorization header is accepted, unless
+// Options.AccessKeyID is set, in which case requests signed with another
+// access key are refused with 403 InvalidAccessKeyId.
+package ossemu
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/sys/unix"
+)
+
+// Options configures a Server.
+type Options struct {
+	// TTFB delays every response by this long before its first byte.
+	TTFB time.Duration
+	// ConnBandwidth limits each connection to this many bytes per second
+	// in each direction; 0 means unlimited.
+	ConnBandwidth int64
+	// ErrorRate is the probability (0..1) that a request fails with one of
+	// ErrorKinds (all kinds when empty).
+	ErrorRate  float64
+	ErrorKinds []FaultKind
+	// Seed seeds the fault generator, so a run can be repeated.
+	Seed uint64
+	// AccessKeyID, when set, is the only access key accepted.
+	AccessKeyID string
+	// Log receives one line per failed request at debug level (and the
+	// server's own errors). Nil discards.
+	Log *slog.Logger
+}
+
+// StatsPath is the HTTP path at which the server reports Stats as JSON.
+const StatsPath = "/_mlfsd/stats"
+
+// Server is the emulator. It implements http.Handler; use Serve to serve a
+// listener with per-connection bandwidth limits and fault injection.
+type Server struct {
+	root      string
+	opt       Options
+	log       *slog.Logger
+	crcFlight singleflight.Group
+	reqSeq    atomic.Uint64
+
+	mu      sync.Mutex // guards the fields below
+	stats   map[string]int64
+	rng     *mrand.Rand
+	errRate float64
+	kinds   []FaultKind
+}
+
+// New returns a server for the directory root, which must exist and live on
+// a filesystem with user extended attributes (ext4, xfs, btrfs, tmpfs).
+func New(root string, opt Options) (*Server, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("emulator root: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("emulator root %s is not a directory", abs)
+	}
+	if opt.ErrorRate < 0 || opt.ErrorRate > 1 {
+		return nil, fmt.Errorf("error rate %v: want a value from 0 to 1", opt.ErrorRate)
+	}
+	if opt.ConnBandwidth < 0 || opt.TTFB < 0 {
+		return nil, errors.New("bandwidth and time to first byte must not be negative")
+	}
+	for _, d := range []string{"tmp", "uploads"} {
+		if err := os.MkdirAll(filepath.Join(abs, internalDir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("emulator root: %w", err)
+		}
+	}
+	probe := filepath.Join(abs, internalDir, "tmp", "xattr-probe")
+	if err := os.WriteFile(probe, nil, 0o644); err != nil {
+		return nil, fmt.Errorf("emulator root: %w", err)
+	}
+	err = unix.Setxattr(probe, xattrMeta, []byte("{}"), 0)
+	os.Remove(probe)
+	if err != nil {
+		return nil, fmt.Errorf("emulator root %s: the filesystem does not support user extended attributes (%v); use a directory on ext4, xfs, btrfs or tmpfs", abs, err)
+	}
+	log := opt.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	kinds := opt.ErrorKinds
+	if len(kinds) == 0 {
+		kinds = AllFaultKinds()
+	}
+	return &Server{
+		root: abs, opt: opt, log: log,
+		stats:   map[string]int64{},
+		rng:     mrand.New(mrand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
+		errRate: opt.ErrorRate,
+		kinds:   kinds,
+	}, nil
+}
+
+// Root returns the directory served.
+func (s *Server) Root() string { return s.root }
+
+// SetFaults changes the error rate and kinds at run time (tests use it to
+// make a store fail after seeding it). Empty kinds means all kinds.
+func (s *Server) SetFaults(rate float64, kinds ...FaultKind) {
+	if len(kinds) == 0 {
+		kinds = AllFaultKinds()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.errRate, s.kinds = rate, kinds
+}
+
+// Stats returns a snapshot of the request counters: one per operation
+// ("GetObject", "HeadObject", "ListObjects", "PutObject", "UploadPart", ...),
+// "fault.<kind>" per injected failure, and "bytes.out"/"bytes.in" for
+// object data sent and received.
+func (s *Server) Stats() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int64, len(s.stats))
+	for k, v := range s.stats {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *Server) add(name string, n int64) {
+	s.mu.Lock()
+	s.stats[name] += n
+	s.mu.Unlock()
+}
+
+func (s *Server) count(op string) { s.add(op, 1) }
+
+// Serve serves l until ctx is cancelled, then shuts down gracefully
+// (waiting up to 5s for requests in flight) and returns nil.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	// Connections that have not sent a request yet (clients dial ahead)
+	// would hold Shutdown for 5s: they are closed at once instead.
+	var mu sync.Mutex
+	fresh := map[net.Conn]bool{}
+	hs := &http.Server{
+		Handler:           s,
+		ConnContext:       s.connContext,
+		ReadHeaderTimeout: time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ConnState: func(c net.Conn, st http.ConnState) {
+			mu.Lock()
+			defer mu.Unlock()
+			if st == http.StateNew {
+				fresh[c] = true
+			} else {
+				delete(fresh, c)
+			}
+		},
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		shut := make(chan error, 1)
+		go func() { shut <- hs.Shutdown(sctx) }()
+		mu.Lock()
+		for c := range fresh {
+			c.Close()
+		}
+		mu.Unlock()
+		if err := <-shut; err != nil {
+			hs.Close()
+		}
+		<-errc
+		return nil
+	}
+}
+
+// reqCtx is what one request's handlers share.
+type reqCtx struct {
+	op     string
+	bucket string
+	key    string
+	s3     bool   // the client speaks S3 (x-amz-* headers) rather than OSS
+	id     string // request id
+	fault  FaultKind
+}
+
+func (s *Server) newRequestID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%016X%s", s.reqSeq.Add(1), strings.ToUpper(hex.EncodeToString(b[:])))
+}
+
+// accessKey extracts the access key id from an Authorization header (or
+// the presigned-URL query), and whether the client speaks S3.
+func accessKey(r *http.Request) (ak string, s3 bool, ok bool) {
+	auth := r.Header.Get("Authorization")
+	q := r.URL.Query()
+	switch {
+	case auth == "":
+		if v := q.Get("OSSAccessKeyId"); v != "" {
+			return v, false, true
+		}
+		if v := q.Get("X-Amz-Credential"); v != "" {
+			ak, _, _ := strings.Cut(v, "/")
+			return ak, true, true
+		}
+		return "", r.Header.Get("X-Amz-Date") != "" || r.Header.Get("X-Amz-Content-Sha256") != "", true // anonymous
+	case strings.HasPrefix(auth, "OSS "):
+		ak, _, _ := strings.Cut(strings.TrimPrefix(auth, "OSS "), ":")
+		return ak, false, true
+	case strings.HasPrefix(auth, "AWS "):
+		ak, _, _ := strings.Cut(strings.TrimPrefix(auth, "AWS "), ":")
+		return ak, true, true
+	case strings.HasPrefix(auth, "OSS4-HMAC-SHA256 "), strings.HasPrefix(auth, "AWS4-HMAC-SHA256 "):
+		s3 := strings.HasPrefix(auth, "AWS4")
+		_, rest, found := strings.Cut(auth, "Credential=")
+		if !found {
+			return "", s3, false
+		}
+		ak, _, _ := strings.Cut(rest, "/")
+		return strings.TrimSpace(ak), s3, true
+	}
+	return "", false, false
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == StatsPath && r.Method == http.MethodGet {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(s.Stats())
+		return
+	}
+	rc := &reqCtx{id: s.newRequestID()}
+	h := w.Header()
+	h.Set("x-oss-request-id", rc.id)
+	h.Set("x-amz-request-id", rc.id)
+	h.Set("Server", "ossemu")
+	s.count("requests")
+
+	ak, s3, ok := accessKey(r)
+	rc.s3 = s3
+	if p := strings.TrimPrefix(r.URL.Path, "/"); p != "" {
+		rc.bucket, rc.key, _ = strings.Cut(p, "/")
+	}
+	if !ok {
+		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidArgument", "unsupported Authorization header (want OSS, OSS4-HMAC-SHA256, AWS or AWS4-HMAC-SHA256)")
+		return
+	}
+	if s.opt.AccessKeyID != "" && ak != s.opt.AccessKeyID {
+		s.writeError(w, r, rc, http.StatusForbidden, "InvalidAccessKeyId", "The OSS Access Key Id you provided does not exist in our records.")
+		return
+	}
+	if d := s.opt.TTFB; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	switch f := s.pickFault(); f {
+	case Fault500:
+		s.add("fault.500", 1)
+		s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", "injected fault")
+		return
+	case Fault503:
+		s.add("fault.503", 1)
+		s.writeError(w, r, rc, http.StatusServiceUnavailable, "SlowDown", "injected fault: please reduce your request rate")
+		return
+	case FaultReset, FaultTruncate:
+		s.add("fault."+string(f), 1)
+		if r.Method != http.MethodGet {
+			// Requests that change state fail before they take effect,
+			// once their body is in (see drainBody).
+			drainBody(r)
+			killConn(w, r, FaultReset, false)
+			return
+		}
+		rc.fault = f
+	}
+	s.route(w, r, rc)
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	q := r.URL.Query()
+	if rc.bucket == "" {
+		if r.Method == http.MethodGet {
+			s.handleListBuckets(w, r, rc)
+			return
+		}
+		s.notImplemented(w, r, rc)
+		return
+	}
+	if !checkBucket(rc.bucket) {
+		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidBucketName", "The specified bucket is not valid.")
+		return
+	}
+	if rc.key == "" {
+		switch r.Method {
+		case http.MethodGet:
+			switch {
+			case q.Has("location"):
+				s.handleLocation(w, r, rc)
+			case q.Has("uploads"):
+				s.handleListUploads(w, r, rc)
+			case q.Has("acl"), q.Has("versioning"), q.Has("bucketInfo"), q.Has("tagging"), q.Has("policy"), q.Has("lifecycle"), q.Has("cors"):
+				s.notImplemented(w, r, rc)
+			default:
+				s.handleList(w, r, rc)
+			}
+		case http.MethodHead:
+			rc.op = "HeadBucket"
+			s.count(rc.op)
+			if !s.bucketExists(rc.bucket) {
+				s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		case http.MethodPut:
+			rc.op = "PutBucket"
+			s.count(rc.op)
+			if err := os.Mkdir(s.bucketPath(rc.bucket), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		case http.MethodDelete:
+			rc.op = "DeleteBucket"
+			s.count(rc.op)
+			if !s.bucketExists(rc.bucket) {
+				s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+				return
+			}
+			if err := os.Remove(s.bucketPath(rc.bucket)); err != nil {
+				s.writeError(w, r, rc, http.StatusConflict, "BucketNotEmpty", "The bucket you tried to delete is not empty.")
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		case http.MethodPost:
+			if q.Has("delete") {
+				s.handleDeleteMulti(w, r, rc)
+				return
+			}
+			s.notImplemented(w, r, rc)
+		default:
+			s.notImplemented(w, r, rc)
+		}
+		return
+	}
+	if !s.bucketExists(rc.bucket) {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+		return
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		if q.Has("uploadId") || q.Has("acl") || q.Has("tagging") || q.Has("symlink") {
+			s.notImplemented(w, r, rc)
+			return
+		}
+		s.handleGet(w, r, rc)
+	case http.MethodPut:
+		switch {
+		case q.Has("uploadId"):
+			s.handleUploadPart(w, r, rc)
+		case q.Has("acl") || q.Has("tagging") || q.Has("symlink"):
+			s.notImplemented(w, r, rc)
+		case s.copySource(r, rc) != "":
+			s.handleCopy(w, r, rc)
+		default:
+			s.handlePut(w, r, rc)
+		}
+	case http.MethodPost:
+		switch {
+		case q.Has("uploads"):
+			s.handleInitiate(w, r, rc)
+		case q.Has("uploadId"):
+			s.handleComplete(w, r, rc)
+		default:
+			s.notImplemented(w, r, rc)
+		}
+	case http.MethodDelete:
+		if q.Has("uploadId") {
+			s.handleAbort(w, r, rc)
+			return
+		}
+		rc.op = "DeleteObject"
+		s.count(rc.op)
+		if err := s.deleteObject(rc.bucket, rc.key); err != nil {
+			s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		s.notImplemented(w, r, rc)
+	}
+}
+
+type xmlError struct {
+	XMLName   xml.Name `xml:"Error"`
+	Code      string   `xml:"Code"`
+	Message   string   `xml:"Message"`
+	RequestID string   `xml:"RequestId"`
+	HostID    string   `xml:"HostId"`
+	Key       string   `xml:"Key,omitempty"`
+	Bucket    string   `xml:"BucketName,omitempty"`
+}
+
+// drainBody reads what is left of a request body. Answering before the
+// client has sent its whole body is legal HTTP, but the aliyun SDK then reads
+// its progress counter while net/http's writer goroutine still updates it
+// (a data race inside the SDK that -race reports): the emulator answers
+// only once the body is in.
+func drainBody(r *http.Request) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, rc *reqCtx, status int, code, msg string) {
+	s.log.Debug("ossemu request failed", "method", r.Method, "path", r.URL.Path, "status", status, "code", code, "msg", msg)
+	drainBody(r)
+	if r.Method == http.MethodHead {
+		w.WriteHeader(status)
+		return
+	}
+	rc.fault = "" // errors are not truncated
+	s.writeXML(w, r, rc, status, xmlError{Code: code, Message: msg, RequestID: rc.id, HostID: r.Host, Key: rc.key, Bucket: rc.bucket})
+}
+
+func (s *Server) notImplemented(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	s.count("NotImplemented")
+	s.writeError(w, r, rc, http.StatusNotImplemented, "NotImplemented", fmt.Sprintf("ossemu does not implement %s %s?%s", r.Method, r.URL.Path, r.URL.RawQuery))
+}
+
+// writeXML sends v as an XML document; an injected mid-body fault cuts it.
+func (s *Server) writeXML(w http.ResponseWriter, r *http.Request, rc *reqCtx, status int, v any) {
+	body, err := xml.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	body = append([]byte(xml.Header), body...)
+	w.Header().Set("Content-Type", "application/xml")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	if rc.fault != "" {
+		_, _ = w.Write(body[:len(body)/2])
+		killConn(w, r, rc.fault, true)
+		return
+	}
+	_, _ = w.Write(body)
+}
+
+type listAllMyBuckets struct {
+	XMLName xml.Name    `xml:"ListAllMyBucketsResult"`
+	Owner   owner       `xml:"Owner"`
+	Buckets []xmlBucket `xml:"Buckets>Bucket"`
+}
+
+type xmlBucket struct {
+	Name         string `xml:"Name"`
+	CreationDate string `xml:"CreationDate"`
+	Location     string `xml:"Location,omitempty"`
+}
+
+func (s *Server) handleListBuckets(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	rc.op = "ListBuckets"
+	s.count(rc.op)
+	des, err := os.ReadDir(s.root)
+	if err != nil {
+		s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+		return
+	}
+	out := listAllMyBuckets{Owner: owner{ID: "ossemu", DisplayName: "ossemu"}}
+	for _, de := range des {
+		if !de.IsDir() || !checkBucket(de.Name()) {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil {
+			continue
+		}
+		out.Buckets = append(out.Buckets, xmlBucket{Name: de.Name(), CreationDate: isoTime(fi.ModTime()), Location: "oss-local"})
+	}
+	s.writeXML(w, r, rc, http.StatusOK, out)
+}
+
+type locationConstraint struct {
+	XMLName xml.Name `xml:"LocationConstraint"`
+	Value   string   `xml:",chardata"`
+}
+
+func (s *Server) handleLocation(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	rc.op = "GetBucketLocation"
+	s.count(rc.op)
+	if !s.bucketExists(rc.bucket) {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+		return
+	}
+	v := "oss-local"
+	if rc.s3 {
+		v = "" // us-east-1
+	}
+	s.writeXML(w, r, rc, http.StatusOK, locationConstraint{Value: v})
+}

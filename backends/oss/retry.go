@@ -1,0 +1,200 @@
+package oss
+
+import (
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// RetryOptions bound the retries of one storage call.
+//
+// The aliyun SDK itself does not retry plain object calls (its RetryTimes
+// only drives its resumable upload/download helpers, which we do not use),
+// so this is the only retry layer: every request is retried here, with
+// capped exponential backoff and full jitter, on 5xx, throttling (429/503),
+// connection errors, truncated bodies and CRC mismatches, until MaxAttempts
+// attempts or MaxElapsed time have been spent.
+type RetryOptions struct {
+	// MaxAttempts is the total number of tries (default 10).
+	MaxAttempts int
+	// BaseDelay is the first backoff (default 100ms); it doubles per try.
+	BaseDelay time.Duration
+	// MaxDelay caps one backoff (default 5s).
+	MaxDelay time.Duration
+	// MaxElapsed bounds the time spent retrying one call (default 2m).
+	MaxElapsed time.Duration
+}
+
+func (o RetryOptions) withDefaults() RetryOptions {
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 10
+	}
+	if o.BaseDelay <= 0 {
+		o.BaseDelay = 100 * time.Millisecond
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = 5 * time.Second
+	}
+	if o.MaxElapsed <= 0 {
+		o.MaxElapsed = 2 * time.Minute
+	}
+	return o
+}
+
+// backoff returns the delay before try number attempt+1 (attempt >= 1):
+// uniformly random in [d/2, d], d = min(BaseDelay*2^(attempt-1), MaxDelay).
+func (o RetryOptions) backoff(attempt int) time.Duration {
+	d := o.BaseDelay
+	for i := 1; i < attempt && d < o.MaxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, o.MaxDelay)
+	return d/2 + rand.N(d/2+1)
+}
+
+// retrier tracks the retries of one call.
+type retrier struct {
+	o       RetryOptions
+	start   time.Time
+	attempt int
+}
+
+func newRetrier(o RetryOptions) *retrier { return &retrier{o: o, start: time.Now()} }
+
+// next reports whether err deserves another try, sleeping the backoff
+// first. It returns false on permanent errors, on a cancelled ctx, and
+// once the attempts or the time budget are spent.
+func (r *retrier) next(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || !isTransient(err) {
+		return false
+	}
+	r.attempt++
+	if r.attempt >= r.o.MaxAttempts {
+		return false
+	}
+	d := r.o.backoff(r.attempt)
+	if time.Since(r.start)+d > r.o.MaxElapsed {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// progress resets the attempt count after a try that made progress (a
+// resumed read that delivered bytes), keeping the time budget.
+func (r *retrier) progress() { r.attempt = 0; r.start = time.Now() }
+
+// retry runs fn until it succeeds or a permanent error, cancellation or the
+// retry budget ends it.
+func (b *Backend) retry(ctx context.Context, fn func() error) error {
+	r := newRetrier(b.retryOpt)
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if !r.next(ctx, err) {
+			return err
+		}
+		b.log.Debug("oss: retrying", "attempt", r.attempt, "err", err)
+	}
+}
+
+// errTruncated marks a body that ended before its Content-Length.
+var errTruncated = errors.New("response body truncated")
+
+// statusOf returns the HTTP status of an SDK service error, or 0.
+func statusOf(err error) (int, string) {
+	var se alioss.ServiceError
+	if errors.As(err, &se) {
+		return se.StatusCode, se.Code
+	}
+	var pse *alioss.ServiceError
+	if errors.As(err, &pse) {
+		return pse.StatusCode, pse.Code
+	}
+	var ue alioss.UnexpectedStatusCodeError
+	if errors.As(err, &ue) {
+		return ue.Got(), ""
+	}
+	return 0, ""
+}
+
+// isTransient classifies an error as worth retrying.
+func isTransient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if st, _ := statusOf(err); st != 0 {
+		return st >= 500 || st == http.StatusTooManyRequests || st == http.StatusRequestTimeout
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+		return false // a misspelt endpoint does not heal
+	}
+	var crcErr alioss.CRCCheckError
+	var synErr *xml.SyntaxError
+	var netErr net.Error
+	var opErr *net.OpError
+	switch {
+	case errors.Is(err, errTruncated), errors.Is(err, errCRC), errors.As(err, &crcErr),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED),
+		errors.As(err, &synErr), errors.As(err, &netErr), errors.As(err, &opErr):
+		return true
+	}
+	return false
+}
+
+// errCRC reports a whole-object read whose CRC64 differs from the server's.
+var errCRC = errors.New("CRC64 of the data read differs from the object's x-oss-hash-crc64ecma")
+
+// wrapErr turns an SDK error into a backends error wrapping the sentinel
+// that applies, with a message that says what to fix where one is known.
+func (b *Backend) wrapErr(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var done *backends.OpError
+	if errors.As(err, &done) {
+		return err // already classified
+	}
+	st, code := statusOf(err)
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return backends.Wrap(op, key, nil, err)
+	case code == "NoSuchBucket":
+		return backends.Wrap(op, key, backends.ErrNotExist, fmt.Errorf("bucket %q does not exist at endpoint %s (check the bucket in the URI and --oss-endpoint / OSS_ENDPOINT): %w", b.bucketName, b.endpointHost, err))
+	case st == http.StatusForbidden || st == http.StatusUnauthorized:
+		return backends.Wrap(op, key, backends.ErrPermission, fmt.Errorf("OSS refused access to bucket %q (%s): check OSS_ACCESS_KEY_ID / OSS_ACCESS_KEY_SECRET / OSS_SESSION_TOKEN or the credentials file, and that this key may access the bucket: %w", b.bucketName, code, err))
+	case st == http.StatusNotFound:
+		return backends.Wrap(op, key, backends.ErrNotExist, err)
+	case st == http.StatusPreconditionFailed:
+		return backends.Wrap(op, key, backends.ErrVersionMismatch, err)
+	case st == http.StatusConflict:
+		return backends.Wrap(op, key, backends.ErrExist, err)
+	case st == http.StatusBadRequest:
+		return backends.Wrap(op, key, backends.ErrInvalid, err)
+	case isTransient(err):
+		return backends.Wrap(op, key, backends.ErrTransient, err)
+	}
+	return backends.Wrap(op, key, nil, err)
+}

@@ -1,0 +1,277 @@
+package oss
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc64"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// Write implements backends.Backend. Up to MultipartThreshold bytes are
+// buffered and sent as one PUT at Commit; past it, a multipart upload
+// starts and parts go up in the background, Concurrency at a time, while
+// the caller keeps writing. Nothing is visible under key before Commit.
+func (b *Backend) Write(ctx context.Context, key string, opt backends.WriteOptions) (backends.Writer, error) {
+	if key == "" || strings.HasSuffix(key, "/") {
+		return nil, backends.Wrap("write", key, backends.ErrInvalid, errors.New("not an object key"))
+	}
+	partSize := b.opt.PartSize
+	if opt.SizeHint > 0 {
+		// Stay well inside the 10000-part limit.
+		partSize = max(partSize, (opt.SizeHint+maxParts*9/10-1)/(maxParts*9/10))
+		partSize = min(partSize, maxPartSize)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	return &writer{
+		b: b, ctx: wctx, cancel: cancel, key: key, partSize: partSize,
+		crc: crc64.New(crcTable), sem: make(chan struct{}, b.opt.Concurrency),
+	}, nil
+}
+
+// writer is a write in progress. Its methods are called by one goroutine;
+// part uploads run in background goroutines that only touch the fields
+// under mu.
+type writer struct {
+	b        *Backend
+	ctx      context.Context // lives until Commit or Abort; cancels part uploads
+	cancel   context.CancelFunc
+	key      string
+	partSize int64
+
+	buf  []byte
+	size int64
+	crc  hash.Hash64
+
+	imur     *alioss.InitiateMultipartUploadResult
+	nextPart int
+	sem      chan struct{}
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	parts   []alioss.UploadPart // GUARDED_BY(mu)
+	partErr error               // GUARDED_BY(mu): the first part failure
+
+	done      bool
+	committed *backends.ObjectInfo
+}
+
+func (w *writer) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.partErr
+}
+
+// Write implements io.Writer.
+func (w *writer) Write(p []byte) (int, error) {
+	if w.done {
+		return 0, backends.Wrap("write", w.key, backends.ErrInvalid, errors.New("write after commit or abort"))
+	}
+	if err := w.failed(); err != nil {
+		return 0, err
+	}
+	w.crc.Write(p)
+	w.size += int64(len(p))
+	w.buf = append(w.buf, p...)
+	if w.imur == nil && int64(len(w.buf)) > w.b.opt.MultipartThreshold {
+		if err := w.initiate(); err != nil {
+			return 0, err
+		}
+	}
+	if w.imur != nil {
+		for int64(len(w.buf)) >= w.partSize {
+			part := w.buf[:w.partSize:w.partSize]
+			w.buf = append([]byte(nil), w.buf[w.partSize:]...)
+			if err := w.dispatch(part); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return len(p), nil
+}
+
+func (w *writer) initiate() error {
+	var imur alioss.InitiateMultipartUploadResult
+	err := w.b.retry(w.ctx, func() error {
+		var err error
+		imur, err = w.b.bucket.InitiateMultipartUpload(w.b.object(w.key), alioss.WithContext(w.ctx))
+		return err
+	})
+	if err != nil {
+		return w.b.wrapErr("write", w.key, err)
+	}
+	w.imur = &imur
+	return nil
+}
+
+// dispatch uploads one part in the background, waiting for a free slot.
+func (w *writer) dispatch(data []byte) error {
+	select {
+	case w.sem <- struct{}{}:
+	case <-w.ctx.Done():
+		return backends.Wrap("write", w.key, nil, w.ctx.Err())
+	}
+	w.nextPart++
+	num := w.nextPart
+	if num%1000 == 0 && w.partSize < maxPartSize {
+		w.partSize = min(w.partSize*2, maxPartSize) // unknown size: grow to fit 10000 parts
+	}
+	w.wg.Add(1)
+	go func() {
+		defer func() { <-w.sem; w.wg.Done() }()
+		var part alioss.UploadPart
+		err := w.b.retry(w.ctx, func() error {
+			var err error
+			part, err = w.b.bucket.UploadPart(*w.imur, bytes.NewReader(data), int64(len(data)), num, alioss.WithContext(w.ctx))
+			if err == nil && strings.Trim(part.ETag, `"`) == "" {
+				return fmt.Errorf("UploadPart response without ETag: %w", errTruncated)
+			}
+			return err
+		})
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if err != nil {
+			if w.partErr == nil {
+				w.partErr = w.b.wrapErr("write", w.key, fmt.Errorf("part %d: %w", num, err))
+				w.cancel() // stop the other parts early
+			}
+			return
+		}
+		w.parts = append(w.parts, part)
+	}()
+	return nil
+}
+
+// Commit implements backends.Writer.
+func (w *writer) Commit(ctx context.Context) (backends.ObjectInfo, error) {
+	if w.committed != nil {
+		return *w.committed, nil
+	}
+	if w.done {
+		return backends.ObjectInfo{}, backends.Wrap("commit", w.key, backends.ErrInvalid, errors.New("write was aborted"))
+	}
+	var info backends.ObjectInfo
+	var err error
+	if w.imur == nil {
+		info, err = w.put(ctx)
+	} else {
+		info, err = w.complete(ctx)
+	}
+	if err != nil {
+		_ = w.Abort(context.WithoutCancel(ctx))
+		return backends.ObjectInfo{}, err
+	}
+	w.done = true
+	w.committed = &info
+	w.cancel()
+	w.buf = nil
+	return info, nil
+}
+
+func (w *writer) put(ctx context.Context) (backends.ObjectInfo, error) {
+	var h http.Header
+	err := w.b.retry(ctx, func() error {
+		// The SDK compares its CRC64 of the body with the server's.
+		err := w.b.bucket.PutObject(w.b.object(w.key), bytes.NewReader(w.buf), alioss.WithContext(ctx), alioss.GetResponseHeader(&h))
+		if err == nil && h.Get("ETag") == "" {
+			return fmt.Errorf("PUT response without ETag: %w", errTruncated)
+		}
+		return err
+	})
+	if err != nil {
+		return backends.ObjectInfo{}, w.b.wrapErr("write", w.key, err)
+	}
+	return w.info(h), nil
+}
+
+func (w *writer) info(h http.Header) backends.ObjectInfo {
+	// The object's Last-Modified is the time the server accepted it: its
+	// Date header (saving a HEAD per write).
+	mt, err := http.ParseTime(h.Get("Date"))
+	if err != nil {
+		mt = now()
+	}
+	return backends.ObjectInfo{Key: w.key, Size: w.size, ModTime: mt.Truncate(time.Second), Version: strings.Trim(h.Get("ETag"), `"`), Mode: 0o644}
+}
+
+func (w *writer) complete(ctx context.Context) (backends.ObjectInfo, error) {
+	if len(w.buf) > 0 || w.nextPart == 0 {
+		last := w.buf
+		w.buf = nil
+		if err := w.dispatch(last); err != nil {
+			return backends.ObjectInfo{}, err
+		}
+	}
+	w.wg.Wait()
+	if err := w.failed(); err != nil {
+		return backends.ObjectInfo{}, err
+	}
+	w.mu.Lock()
+	parts := append([]alioss.UploadPart(nil), w.parts...)
+	w.mu.Unlock()
+	sort.Slice(parts, func(i, j int) bool { return parts[i].PartNumber < parts[j].PartNumber })
+	var h http.Header
+	tries := 0
+	err := w.b.retry(ctx, func() error {
+		tries++
+		res, err := w.b.bucket.CompleteMultipartUpload(*w.imur, parts, alioss.WithContext(ctx), alioss.GetResponseHeader(&h))
+		if err == nil && h.Get("ETag") == "" && res.ETag != "" {
+			// OSS may send the ETag only in the XML body.
+			h = h.Clone()
+			h.Set("ETag", res.ETag)
+		}
+		if err != nil && tries > 1 && isNotFound(err) {
+			// An earlier try may have completed the upload and lost its
+			// response: the object is ours if its CRC64 is ours.
+			hh, herr := w.b.head(ctx, w.key)
+			if herr == nil && hh.Get("x-oss-hash-crc64ecma") == strconv.FormatUint(w.crc.Sum64(), 10) {
+				h = hh
+				return nil
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return backends.ObjectInfo{}, w.b.wrapErr("write", w.key, err)
+	}
+	if srv := h.Get("x-oss-hash-crc64ecma"); srv != "" && srv != strconv.FormatUint(w.crc.Sum64(), 10) {
+		return backends.ObjectInfo{}, backends.Wrap("write", w.key, backends.ErrTransient,
+			fmt.Errorf("multipart object CRC64 %s differs from the data written (%d)", srv, w.crc.Sum64()))
+	}
+	w.imur = nil // completed: nothing to abort
+	return w.info(h), nil
+}
+
+// Abort implements backends.Writer.
+func (w *writer) Abort(ctx context.Context) error {
+	if w.done {
+		return nil
+	}
+	w.done = true
+	w.cancel()
+	w.wg.Wait()
+	w.buf = nil
+	if w.imur == nil {
+		return nil
+	}
+	imur := *w.imur
+	w.imur = nil
+	err := w.b.retry(ctx, func() error {
+		return w.b.bucket.AbortMultipartUpload(imur, alioss.WithContext(ctx))
+	})
+	if err != nil && !isNotFound(err) {
+		return w.b.wrapErr("abort", w.key, err)
+	}
+	return nil
+}
