@@ -1,0 +1,492 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/writeback"
+)
+
+// The output tree is the read-write, write-back view of an output channel.
+// It starts from what the backend holds (a job can resume from checkpoints
+// an earlier run wrote) merged with files staged by a previous run that
+// are still waiting for upload. A directory's backend listing is read once,
+// at first use; after that this tree is the authority for names: every
+// change goes through it (the job is the channel's only writer). File data
+// and everything about uploads belongs to writeback.Store.
+//
+// Lock order: outDir.mu of a parent before its child's; no tree lock is
+// held while writeback.Store waits for an upload.
+
+// LinkSuffix marks an object that holds a symbolic link: the object
+// "a/b.mlfsdlink" whose content is "target" is the link a/b -> target.
+// Object stores have no links; this keeps them across runs.
+const LinkSuffix = ".mlfsdlink"
+
+// outputCacheTimeout bounds kernel caching of names and attributes. All
+// changes go through this tree, so it is safe; it is short only so that
+// sizes the kernel did not see change (an upload) show up soon.
+const outputCacheTimeout = time.Second
+
+// OutputOptions configures an output tree.
+type OutputOptions struct {
+	// Store stages and uploads file data; its backend is the channel's.
+	Store *writeback.Store
+	// FsyncDurable makes fsync return only once the file is durable in
+	// the backend; otherwise fsync returns once it is journaled locally.
+	FsyncDurable bool
+	// NoPassthrough routes writes through the daemon instead of letting the
+	// kernel write staging files directly (FUSE passthrough). Passthrough
+	// is what makes writes run at local-disk speed; without it, sequential
+	// writes can start uploading before close (see writeback.Options).
+	NoPassthrough bool
+	// Log receives errors mapped to EIO; nil discards.
+	Log *slog.Logger
+}
+
+type outTree struct {
+	st  *writeback.Store
+	b   backends.Backend
+	opt OutputOptions
+	log *slog.Logger
+}
+
+// NewOutputRoot returns the root of an output tree over opt.Store.
+func NewOutputRoot(ctx context.Context, opt OutputOptions) (gofs.InodeEmbedder, error) {
+	if opt.Store == nil {
+		return nil, backends.Wrap("mount", "", backends.ErrInvalid, errors.New("output tree needs a writeback.Store"))
+	}
+	log := opt.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &outTree{st: opt.Store, b: opt.Store.Backend(), opt: opt, log: log}
+	// The root must exist in stores with directories, so that its listing
+	// and uploads under it work.
+	if err := t.st.MakeDir(ctx, ""); err != nil {
+		return nil, err
+	}
+	return &outDir{t: t, mode: 0o755, mtime: time.Now()}, nil
+}
+
+// MountOutput mounts an output tree at mountpoint.
+func MountOutput(ctx context.Context, mountpoint string, opt OutputOptions, mopt MountOptions) (*Server, error) {
+	root, err := NewOutputRoot(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	if mopt.EntryTimeout == 0 {
+		mopt.EntryTimeout = outputCacheTimeout
+	}
+	if mopt.AttrTimeout == 0 {
+		mopt.AttrTimeout = outputCacheTimeout
+	}
+	if mopt.NegativeTimeout == 0 {
+		mopt.NegativeTimeout = outputCacheTimeout
+	}
+	if mopt.Log == nil {
+		mopt.Log = opt.Log
+	}
+	mopt.ReadOnly = false
+	return Mount(mountpoint, root, mopt)
+}
+
+// outKey returns the backend key of a node: its path from the root.
+func outKey(n *gofs.Inode) string { return n.Path(nil) }
+
+func childKey(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+// outDir is a directory of the output tree.
+type outDir struct {
+	gofs.Inode
+	t *outTree
+
+	mu     sync.Mutex
+	loaded bool // GUARDED_BY(mu): the backend listing was merged in
+	mode   uint32
+	mtime  time.Time
+}
+
+var (
+	_ = (gofs.NodeLookuper)((*outDir)(nil))
+	_ = (gofs.NodeReaddirer)((*outDir)(nil))
+	_ = (gofs.NodeGetattrer)((*outDir)(nil))
+	_ = (gofs.NodeSetattrer)((*outDir)(nil))
+	_ = (gofs.NodeMkdirer)((*outDir)(nil))
+	_ = (gofs.NodeRmdirer)((*outDir)(nil))
+	_ = (gofs.NodeCreater)((*outDir)(nil))
+	_ = (gofs.NodeUnlinker)((*outDir)(nil))
+	_ = (gofs.NodeRenamer)((*outDir)(nil))
+	_ = (gofs.NodeSymlinker)((*outDir)(nil))
+	_ = (gofs.NodeStatfser)((*outDir)(nil))
+)
+
+// load merges the backend's listing and the Store's staged files into the
+// directory's children, once.
+func (d *outDir) load(ctx context.Context) syscall.Errno {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.loaded {
+		return 0
+	}
+	key := outKey(&d.Inode)
+	prefix := ""
+	if key != "" {
+		prefix = key + "/"
+	}
+	files := map[string]backends.ObjectInfo{}
+	dirs := map[string]bool{}
+	opt := backends.ListOptions{Prefix: prefix}
+	for {
+		page, err := d.t.b.List(ctx, opt)
+		if err != nil {
+			return ToErrno(d.t.log, "readdir", key, err)
+		}
+		for _, o := range page.Objects {
+			name := strings.TrimSuffix(strings.TrimPrefix(o.Key, prefix), "/")
+			if name == "" || strings.Contains(name, "/") {
+				continue
+			}
+			if o.IsDir {
+				dirs[name] = true
+			} else {
+				files[name] = o
+			}
+		}
+		for _, p := range page.Prefixes {
+			if name := strings.TrimSuffix(strings.TrimPrefix(p, prefix), "/"); name != "" && !strings.Contains(name, "/") {
+				dirs[name] = true
+			}
+		}
+		if page.NextToken == "" {
+			break
+		}
+		opt.Token = page.NextToken
+	}
+	staged, stagedDirs := d.t.st.Children(key)
+	for _, o := range staged {
+		files[strings.TrimPrefix(o.Key, prefix)] = o
+	}
+	for _, n := range stagedDirs {
+		dirs[n] = true
+	}
+	for name := range dirs {
+		if d.GetChild(name) == nil {
+			d.AddChild(name, d.NewPersistentInode(ctx, &outDir{t: d.t, mode: 0o755, mtime: time.Now()},
+				gofs.StableAttr{Mode: syscall.S_IFDIR}), false)
+		}
+	}
+	for name, o := range files {
+		if ln, ok := strings.CutSuffix(name, LinkSuffix); ok && ln != "" {
+			if d.GetChild(ln) == nil && !dirs[ln] {
+				d.AddChild(ln, d.NewPersistentInode(ctx, &outLink{t: d.t, mtime: o.ModTime},
+					gofs.StableAttr{Mode: syscall.S_IFLNK}), false)
+			}
+			continue
+		}
+		if d.GetChild(name) == nil && !dirs[name] {
+			info := o
+			d.AddChild(name, d.NewPersistentInode(ctx, &outFile{t: d.t, base: &info, mode: fileMode(o.Mode)},
+				gofs.StableAttr{Mode: syscall.S_IFREG}), false)
+		}
+	}
+	d.loaded = true
+	return 0
+}
+
+func fileMode(m uint32) uint32 {
+	if m&0o777 == 0 {
+		return 0o644
+	}
+	return m & 0o7777
+}
+
+func (d *outDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if errno := d.load(ctx); errno != 0 {
+		return nil, errno
+	}
+	ch := d.GetChild(name)
+	if ch == nil {
+		return nil, syscall.ENOENT
+	}
+	if ga, ok := ch.Operations().(gofs.NodeGetattrer); ok {
+		var ao fuse.AttrOut
+		if errno := ga.Getattr(ctx, nil, &ao); errno != 0 {
+			return nil, errno
+		}
+		out.Attr = ao.Attr
+	}
+	return ch, 0
+}
+
+func (d *outDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
+	if errno := d.load(ctx); errno != 0 {
+		return nil, errno
+	}
+	kids := d.Children()
+	names := make([]string, 0, len(kids))
+	for n := range kids {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	entries := make([]fuse.DirEntry, 0, len(names))
+	for _, n := range names {
+		ch := kids[n]
+		entries = append(entries, fuse.DirEntry{Name: n, Mode: ch.StableAttr().Mode, Ino: ch.StableAttr().Ino})
+	}
+	return gofs.NewListDirStream(entries), 0
+}
+
+func (d *outDir) Getattr(ctx context.Context, _ gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out.Mode = syscall.S_IFDIR | d.mode
+	out.Nlink = 2
+	out.Size = 4096
+	out.SetTimes(nil, &d.mtime, &d.mtime)
+	return 0
+}
+
+func (d *outDir) Setattr(ctx context.Context, _ gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	d.mu.Lock()
+	if m, ok := in.GetMode(); ok {
+		d.mode = m & 0o7777
+	}
+	if mt, ok := in.GetMTime(); ok {
+		d.mtime = mt
+	}
+	d.mu.Unlock()
+	return d.Getattr(ctx, nil, out)
+}
+
+func (d *outDir) touch() {
+	d.mu.Lock()
+	d.mtime = time.Now()
+	d.mu.Unlock()
+}
+
+func (d *outDir) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	// Free space is the staging disk's: that is where writes land first.
+	var s syscall.Statfs_t
+	if err := syscall.Statfs(d.t.st.StagingDir(), &s); err != nil {
+		return ToErrno(d.t.log, "statfs", "", err)
+	}
+	out.FromStatfsT(&s)
+	return 0
+}
+
+func (d *outDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if errno := d.load(ctx); errno != 0 {
+		return nil, errno
+	}
+	if d.GetChild(name) != nil {
+		return nil, syscall.EEXIST
+	}
+	key := childKey(outKey(&d.Inode), name)
+	if err := d.t.st.MakeDir(ctx, key); err != nil {
+		return nil, ToErrno(d.t.log, "mkdir", key, err)
+	}
+	nd := &outDir{t: d.t, loaded: true, mode: mode & 0o7777, mtime: time.Now()}
+	ch := d.NewPersistentInode(ctx, nd, gofs.StableAttr{Mode: syscall.S_IFDIR})
+	var ao fuse.AttrOut
+	nd.Getattr(ctx, nil, &ao)
+	out.Attr = ao.Attr
+	d.touch()
+	return ch, 0
+}
+
+func (d *outDir) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if errno := d.load(ctx); errno != 0 {
+		return errno
+	}
+	ch := d.GetChild(name)
+	if ch == nil {
+		return syscall.ENOENT
+	}
+	cd, ok := ch.Operations().(*outDir)
+	if !ok {
+		return syscall.ENOTDIR
+	}
+	if errno := cd.load(ctx); errno != 0 {
+		return errno
+	}
+	if len(ch.Children()) > 0 {
+		return syscall.ENOTEMPTY
+	}
+	key := childKey(outKey(&d.Inode), name)
+	if err := d.t.st.RemoveDir(ctx, key); err != nil {
+		return ToErrno(d.t.log, "rmdir", key, err)
+	}
+	d.touch()
+	return 0
+}
+
+func (d *outDir) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	if errno := d.load(ctx); errno != 0 {
+		return nil, nil, 0, errno
+	}
+	if d.GetChild(name) != nil {
+		return nil, nil, 0, syscall.EEXIST
+	}
+	key := childKey(outKey(&d.Inode), name)
+	h, err := d.t.st.Open(ctx, key, nil, writeback.OpenFlags{Write: true, Truncate: true, Passthrough: !d.t.opt.NoPassthrough})
+	if err != nil {
+		return nil, nil, 0, ToErrno(d.t.log, "create", key, err)
+	}
+	f := &outFile{t: d.t, mode: mode & 0o7777}
+	ch := d.NewPersistentInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG})
+	fh := newOutHandle(f, h, true)
+	var ao fuse.AttrOut
+	f.Getattr(ctx, fh, &ao)
+	out.Attr = ao.Attr
+	d.touch()
+	return ch, fh, 0, 0
+}
+
+func (d *outDir) Unlink(ctx context.Context, name string) syscall.Errno {
+	if errno := d.load(ctx); errno != 0 {
+		return errno
+	}
+	ch := d.GetChild(name)
+	if ch == nil {
+		return syscall.ENOENT
+	}
+	key := childKey(outKey(&d.Inode), name)
+	switch ch.Operations().(type) {
+	case *outDir:
+		return syscall.EISDIR
+	case *outLink:
+		key += LinkSuffix
+	}
+	if err := d.t.st.Remove(ctx, key); err != nil {
+		return ToErrno(d.t.log, "unlink", key, err)
+	}
+	d.touch()
+	return 0
+}
+
+func (d *outDir) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if flags&^uint32(unix.RENAME_NOREPLACE) != 0 {
+		return syscall.EINVAL // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported
+	}
+	nd, ok := newParent.(*outDir)
+	if !ok {
+		return syscall.EXDEV
+	}
+	if errno := d.load(ctx); errno != 0 {
+		return errno
+	}
+	if errno := nd.load(ctx); errno != 0 {
+		return errno
+	}
+	src := d.GetChild(name)
+	if src == nil {
+		return syscall.ENOENT
+	}
+	dst := nd.GetChild(newName)
+	if dst == src {
+		return 0
+	}
+	if dst != nil && flags&unix.RENAME_NOREPLACE != 0 {
+		return syscall.EEXIST
+	}
+	from := childKey(outKey(&d.Inode), name)
+	to := childKey(outKey(&nd.Inode), newName)
+	var err error
+	switch src.Operations().(type) {
+	case *outDir:
+		// Not into itself or below.
+		for p := &nd.Inode; p != nil; {
+			if p == src {
+				return syscall.EINVAL
+			}
+			_, p = p.Parent()
+		}
+		if dst != nil {
+			dd, ok := dst.Operations().(*outDir)
+			if !ok {
+				return syscall.ENOTDIR
+			}
+			if errno := dd.load(ctx); errno != 0 {
+				return errno
+			}
+			if len(dst.Children()) > 0 {
+				return syscall.ENOTEMPTY
+			}
+		}
+		err = d.t.st.RenameDir(ctx, from, to)
+	default:
+		if dst != nil {
+			switch dst.Operations().(type) {
+			case *outDir:
+				return syscall.EISDIR
+			case *outLink:
+				if err := d.t.st.Remove(ctx, to+LinkSuffix); err != nil {
+					return ToErrno(d.t.log, "rename", to, err)
+				}
+			}
+		}
+		if _, isLink := src.Operations().(*outLink); isLink {
+			if dst != nil {
+				if _, dstLink := dst.Operations().(*outLink); !dstLink {
+					if err := d.t.st.Remove(ctx, to); err != nil {
+						return ToErrno(d.t.log, "rename", to, err)
+					}
+				}
+			}
+			err = d.t.st.Rename(ctx, from+LinkSuffix, to+LinkSuffix)
+		} else {
+			err = d.t.st.Rename(ctx, from, to)
+		}
+	}
+	if err != nil {
+		return ToErrno(d.t.log, "rename", from, err)
+	}
+	d.touch()
+	nd.touch()
+	return 0
+}
+
+func (d *outDir) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if errno := d.load(ctx); errno != 0 {
+		return nil, errno
+	}
+	if d.GetChild(name) != nil {
+		return nil, syscall.EEXIST
+	}
+	key := childKey(outKey(&d.Inode), name) + LinkSuffix
+	h, err := d.t.st.Open(ctx, key, nil, writeback.OpenFlags{Write: true, Truncate: true})
+	if err == nil {
+		_, err = h.WriteAt(ctx, []byte(target), 0)
+		if err == nil {
+			err = h.Flush(ctx)
+		}
+		h.Release()
+	}
+	if err != nil {
+		return nil, ToErrno(d.t.log, "symlink", key, err)
+	}
+	l := &outLink{t: d.t, target: target, known: true, mtime: time.Now()}
+	ch := d.NewPersistentInode(ctx, l, gofs.StableAttr{Mode: syscall.S_IFLNK})
+	var ao fuse.AttrOut
+	l.Getattr(ctx, nil, &ao)
+	out.Attr = ao.Attr
+	d.touch()
+	return ch, 0
+}

@@ -1,0 +1,125 @@
+package writeback
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+)
+
+// Progress describes a drain in progress.
+type Progress struct {
+	FilesDone, FilesTotal int64
+	// BytesDone counts bytes sent to the backend since the drain began
+	// (capped at BytesTotal: a retried upload sends bytes again), so it
+	// moves during the upload of one large file.
+	BytesDone, BytesTotal int64
+	Elapsed               time.Duration
+	// Failed counts files that could not be uploaded.
+	Failed int
+}
+
+// Rate is the average upload rate of the drain so far, in bytes/s.
+func (p Progress) Rate() float64 {
+	if p.Elapsed <= 0 {
+		return 0
+	}
+	return float64(p.BytesDone) / p.Elapsed.Seconds()
+}
+
+// String renders a progress line: files, bytes, rate.
+func (p Progress) String() string {
+	s := fmt.Sprintf("%d/%d files, %s/%s, %s/s", p.FilesDone, p.FilesTotal,
+		humanize.IBytes(uint64(p.BytesDone)), humanize.IBytes(uint64(p.BytesTotal)), humanize.IBytes(uint64(p.Rate())))
+	if p.Failed > 0 {
+		s += fmt.Sprintf(", %d failed", p.Failed)
+	}
+	return s
+}
+
+// Drain blocks until every closed file is durable in the backend, or has
+// failed for good, or ctx ends. progress (if not nil) is called about once
+// a second and once at the end. Files still open for writing are not
+// waited for (their close has not returned). If some files failed, the
+// error wraps ErrUploadFailed and names them; their data stays staged and
+// journaled for the next start.
+func (s *Store) Drain(ctx context.Context, progress func(Progress)) error {
+	start := time.Now()
+	s.mu.Lock()
+	base := s.done
+	s.mu.Unlock()
+	sentBase := s.sent.Load()
+	snapshot := func() (Progress, []string, int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		p := Progress{FilesDone: s.done.files - base.files, Elapsed: time.Since(start)}
+		var failed []string
+		var failedFiles, failedBytes int64 // failed, and counted as pending
+		open := 0
+		for _, e := range s.entries {
+			if e.failed != nil {
+				failed = append(failed, e.failed.Error())
+				if e.pend != nil {
+					failedFiles++
+					failedBytes += e.pend.size
+				}
+			}
+			if e.dirty && e.handles > 0 {
+				open++
+			}
+		}
+		p.Failed = len(failed)
+		p.FilesTotal = p.FilesDone + s.pending.files - failedFiles
+		p.BytesTotal = s.done.bytes - base.bytes + s.pending.bytes - failedBytes
+		p.BytesDone = min(s.sent.Load()-sentBase, p.BytesTotal)
+		if p.FilesDone >= p.FilesTotal {
+			p.BytesDone = p.BytesTotal
+		}
+		return p, failed, open
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	lastReport := time.Now()
+	for {
+		p, failed, open := snapshot()
+		if p.FilesDone >= p.FilesTotal {
+			if progress != nil {
+				progress(p)
+			}
+			if open > 0 {
+				s.log.Warn("writeback: drained, but files are still open for writing; their data is uploaded when they are closed", "files", open)
+			}
+			if len(failed) > 0 {
+				sort.Strings(failed)
+				return fmt.Errorf("%w: %d file(s) are not in the backend (kept in staging): %s",
+					ErrUploadFailed, len(failed), strings.Join(failed, "; "))
+			}
+			return nil
+		}
+		if progress != nil && time.Since(lastReport) >= time.Second {
+			progress(p)
+			lastReport = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drain interrupted with %d file(s) pending (kept in staging): %w", p.FilesTotal-p.FilesDone, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// PrintProgress returns a Drain progress callback that writes one line per
+// report to w, prefixed with name. A drain with nothing to upload prints
+// nothing.
+func PrintProgress(w io.Writer, name string) func(Progress) {
+	return func(p Progress) {
+		if p.FilesTotal == 0 && p.Failed == 0 {
+			return
+		}
+		fmt.Fprintf(w, "mlfsd: uploading %s: %s\n", name, p)
+	}
+}

@@ -1,0 +1,460 @@
+package writeback
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// OpenFlags say how a file is opened.
+type OpenFlags struct {
+	// Write allows WriteAt and Truncate.
+	Write bool
+	// Truncate empties the file at open (O_TRUNC, or a new file): the
+	// backend's copy is never fetched.
+	Truncate bool
+	// Passthrough asks for a handle whose staging file descriptor
+	// (Handle.PassthroughFd) the caller hands to the kernel, which then
+	// reads and writes it directly (FUSE passthrough): local-disk speed.
+	// A write handle is staged at open for it. The Store grants it only
+	// when the kernel can take it (see grantPassthrough).
+	Passthrough bool
+}
+
+// Handle is one open file. Its methods are safe for concurrent use. A
+// Handle follows its file through renames; after the file is removed it
+// still reads and writes its data, which is never uploaded.
+type Handle struct {
+	s     *Store
+	e     *entry
+	write bool
+	pt    bool // counted in e.ptHandles
+}
+
+// Open opens key. base describes what the backend holds under key, or is
+// nil when the file is new (then flags.Truncate must be set, and the file
+// is created: it will be uploaded, even empty, at its first close).
+func (s *Store) Open(ctx context.Context, key string, base *backends.ObjectInfo, flags OpenFlags) (*Handle, error) {
+	s.mu.Lock()
+	e := s.entryLocked(key, base)
+	e.handles++
+	s.mu.Unlock()
+	h := &Handle{s: s, e: e, write: flags.Write}
+	if flags.Write && flags.Truncate {
+		if err := h.Truncate(ctx, 0); err != nil {
+			h.Release()
+			return nil, err
+		}
+	}
+	if flags.Passthrough {
+		if err := s.grantPassthrough(ctx, h, flags.Write); err != nil {
+			h.Release()
+			return nil, err
+		}
+	}
+	return h, nil
+}
+
+// grantPassthrough makes h a passthrough handle when the kernel can take
+// one. The kernel keeps one I/O mode per open inode: all its open files
+// are passthrough (sharing the staging file registered first) or none
+// are. So h is passthrough only if every other open handle of the file
+// is, and if there is a staging file to hand over (a write handle stages
+// one now; a reader of a file only in the backend reads through us).
+func (s *Store) grantPassthrough(ctx context.Context, h *Handle, write bool) error {
+	e := h.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	ok := e.handles-1 == e.ptHandles && (write || e.cur != nil)
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if write {
+		if err := s.prepareWriteLocked(ctx, e); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.ptHandles++
+	h.pt = true
+	if st := e.stream; st != nil && st.v == nil && !st.pt {
+		st.invalidateLocked() // the kernel's writes bypass this streamer
+	}
+	if write && e.stream == nil && e.cur.size == 0 && !e.cur.sealed {
+		// A file written from empty: follow it, to upload before close.
+		s.maybeStreamLocked(e, true)
+	}
+	return nil
+}
+
+// PassthroughFd returns the staging file's descriptor for FUSE
+// passthrough, when the handle was opened with Passthrough. The kernel
+// registers it at the first passthrough open of the file and uses it for
+// every later one while any is open: that is why the staging file is never
+// replaced while passthrough handles are open.
+func (h *Handle) PassthroughFd() (int, bool) {
+	if !h.pt {
+		return -1, false
+	}
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	if h.e.cur == nil {
+		return -1, false
+	}
+	return int(h.e.cur.f.Fd()), true
+}
+
+// Key returns the file's current key ("" once removed).
+func (h *Handle) Key() string {
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	return h.e.key
+}
+
+// Stat describes the file as this handle sees it.
+func (h *Handle) Stat() backends.ObjectInfo {
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	return h.s.statLocked(h.e)
+}
+
+// ReadAt reads staged bytes, or the backend's copy of a file not staged.
+// It returns io.EOF only at the end of the file.
+func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	s, e := h.s, h.e
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	s.mu.Lock()
+	s.refreshLocked(e)
+	b, key, base := e.cur, e.key, e.base
+	var size int64
+	if b != nil {
+		size = b.size
+	} else {
+		size = base.Size
+	}
+	s.mu.Unlock()
+	if off >= size {
+		return 0, io.EOF
+	}
+	want := p
+	if rest := size - off; int64(len(want)) > rest {
+		want = want[:rest]
+	}
+	var n int
+	var err error
+	if b != nil {
+		n, err = b.f.ReadAt(want, off)
+		if err == io.EOF && n == len(want) {
+			err = nil
+		}
+	} else {
+		n, err = readBackend(ctx, s.b, key, want, off)
+	}
+	if err == nil && n < len(p) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+func readBackend(ctx context.Context, b backends.Backend, key string, p []byte, off int64) (int, error) {
+	r, err := b.Read(ctx, key, backends.ReadOptions{Offset: off, Length: int64(len(p))})
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	n, err := io.ReadFull(r, p)
+	if err == io.ErrUnexpectedEOF || err == io.EOF {
+		return n, backends.Wrap("read", key, backends.ErrVersionMismatch, err)
+	}
+	return n, err
+}
+
+// WriteAt writes into the staged copy, staging the file first if needed
+// (fetching the backend's copy, or copying a sealed version).
+func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	s, e := h.s, h.e
+	if !h.write {
+		return 0, backends.Wrap("write", h.Key(), backends.ErrPermission, nil)
+	}
+	for {
+		e.mu.RLock()
+		s.mu.Lock()
+		b := e.cur
+		if b != nil && (!b.sealed || e.ptHandles > 0) {
+			e.dirty = true
+			s.mu.Unlock()
+			break
+		}
+		s.mu.Unlock()
+		e.mu.RUnlock()
+		e.mu.Lock()
+		err := s.prepareWriteLocked(ctx, e)
+		e.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+	}
+	defer e.mu.RUnlock()
+	s.mu.Lock()
+	s.refreshLocked(e)
+	b := e.cur
+	sequential := off == b.size && e.ptHandles == 0
+	s.mu.Unlock()
+	n, err := b.f.WriteAt(p, off)
+	s.mu.Lock()
+	if end := off + int64(n); end > b.size {
+		b.size = end
+	}
+	e.mtime = time.Now()
+	if st := e.stream; st != nil {
+		if st.b == b && st.v == nil {
+			st.wrote(sequential && err == nil)
+		}
+	} else if sequential && err == nil && s.opt.StreamThreshold > 0 && e.key != "" &&
+		b.size >= s.opt.StreamThreshold && b.size-int64(n) < s.opt.StreamThreshold {
+		// This write crossed the threshold: start uploading before close.
+		s.maybeStreamLocked(e, false)
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return n, stagingErr("write", h.Key(), err)
+	}
+	return n, nil
+}
+
+// prepareWriteLocked makes e.cur a writable blob. Needs e.mu exclusively.
+func (s *Store) prepareWriteLocked(ctx context.Context, e *entry) error {
+	s.mu.Lock()
+	cur, key, base, inBackend := e.cur, e.key, e.base, e.inBackend
+	inPlace := cur != nil && (!cur.sealed || e.ptHandles > 0)
+	s.mu.Unlock()
+	if inPlace {
+		return nil
+	}
+	var nb *blob
+	var err error
+	switch {
+	case cur != nil:
+		nb, err = s.copyBlob(key, cur, cur.size)
+	case inBackend && base.Size > 0 && key != "":
+		nb, err = s.fetchBlob(ctx, key, base)
+	default:
+		nb, err = s.newBlob(key)
+	}
+	if err != nil {
+		return err
+	}
+	st, err := nb.stat()
+	if err != nil {
+		nb.discard()
+		return stagingErr("stage", key, err)
+	}
+	s.mu.Lock()
+	e.cur = nb
+	e.lastSeal = st // same bytes as before: not a change by itself
+	if cur != nil {
+		s.unrefLocked(cur)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Truncate sets the file's size.
+func (h *Handle) Truncate(ctx context.Context, size int64) error {
+	s, e := h.s, h.e
+	if !h.write {
+		return backends.Wrap("truncate", h.Key(), backends.ErrPermission, nil)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	if st := e.stream; st != nil && st.v == nil {
+		st.invalidateLocked()
+	}
+	cur := e.cur
+	if size == 0 && (cur == nil || cur.sealed) && e.ptHandles == 0 {
+		// Emptying a file never needs its old bytes.
+		s.mu.Unlock()
+		nb, err := s.newBlob(e.key)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		e.cur = nb
+		if cur != nil {
+			s.unrefLocked(cur)
+		}
+	} else {
+		s.mu.Unlock()
+		if err := s.prepareWriteLocked(ctx, e); err != nil {
+			return err
+		}
+		s.mu.Lock()
+	}
+	b := e.cur
+	s.mu.Unlock()
+	if err := b.f.Truncate(size); err != nil {
+		return stagingErr("truncate", h.Key(), err)
+	}
+	s.mu.Lock()
+	b.size = size
+	e.dirty = true
+	e.mtime = time.Now()
+	s.mu.Unlock()
+	return nil
+}
+
+// Flush is close(2): if the file changed, seal its bytes, journal them and
+// queue the upload. When Flush returns nil the file will reach the backend
+// even if the daemon is killed and restarted on the same staging dir.
+func (h *Handle) Flush(ctx context.Context) error {
+	_, err := h.s.seal(h.e, false)
+	return err
+}
+
+// Sync is fsync(2): if durable, Flush and wait until this version (or a
+// later one) is in the backend; otherwise Flush with the staged bytes and
+// their journal record fsynced to the staging disk.
+func (h *Handle) Sync(ctx context.Context, durable bool) error {
+	gen, err := h.s.seal(h.e, !durable)
+	if err != nil || !durable {
+		return err
+	}
+	return h.s.waitDurable(ctx, h.e, gen)
+}
+
+// Release closes the handle. Staged data of a durable file is freed with
+// its last handle.
+func (h *Handle) Release() error {
+	s, e := h.s, h.e
+	s.mu.Lock()
+	last := e.key != "" && e.handles == 1
+	s.mu.Unlock()
+	var err error
+	if last && (h.write || h.pt) {
+		// Release without Flush does not happen with FUSE; seal anyway (a
+		// no-op when nothing changed) so written bytes are never dropped.
+		_, err = s.seal(e, false)
+	}
+	e.mu.Lock()
+	s.mu.Lock()
+	if h.pt {
+		e.ptHandles--
+		if st := e.stream; st != nil && st.pt && st.v == nil && e.ptHandles == 0 {
+			st.invalidateLocked() // no writer left, and no close adopted it
+		}
+	}
+	e.handles--
+	s.maybeReleaseLocked(e)
+	s.mu.Unlock()
+	e.mu.Unlock()
+	return err
+}
+
+// seal makes the entry's current bytes a journaled version and queues its
+// upload, if they changed since the last seal; syncLocal (or
+// Options.StagingSync) also fsyncs them to the staging disk. It returns the
+// generation to wait for.
+func (s *Store) seal(e *entry, syncLocal bool) (uint64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	if e.key == "" || e.cur == nil {
+		g := e.gen
+		s.mu.Unlock()
+		return g, nil
+	}
+	b, key, dirty, last, mtime := e.cur, e.key, e.dirty, e.lastSeal, e.mtime
+	s.mu.Unlock()
+	st, err := b.stat()
+	if err != nil {
+		return 0, stagingErr("close", key, err)
+	}
+	syncLocal = syncLocal || s.opt.StagingSync
+	if syncLocal {
+		// Before the no-change check: an earlier close may have sealed
+		// these bytes without syncing them.
+		if err := b.f.Sync(); err != nil {
+			return 0, stagingErr("close", key, err)
+		}
+	}
+	if !dirty && st == last {
+		if syncLocal && e.pend != nil {
+			return e.gen, s.jr.put(s.recordOf(e, e.pend), true)
+		}
+		return e.gen, nil
+	}
+	if st != last && !dirty {
+		mtime = time.Now() // written by the kernel directly (passthrough)
+	}
+	v := &version{gen: e.gen + 1, blob: b, size: st.size, ctime: st.ctime, seq: time.Now().UnixNano(), mtime: mtime}
+	if err := s.jr.put(record{ID: e.id, Key: key, Blob: b.name, Size: v.size, Seq: v.seq,
+		ModTime: v.mtime.UnixNano(), CTime: v.ctime}, syncLocal); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b.size = st.size
+	b.sealed = true
+	b.refs++
+	e.dirty = false
+	e.lastSeal = st
+	e.mtime = mtime
+	e.gen = v.gen
+	old := e.pend
+	s.setPendLocked(e, v)
+	s.dropVersionLocked(e, old)
+	e.failed = nil
+	e.attempts = 0
+	if st := e.stream; st != nil {
+		if st.adoptLocked(v) {
+			return v.gen, nil
+		}
+		if st.v == nil {
+			st.invalidateLocked() // too late or too small to stream
+		}
+	}
+	s.enqueueLocked(e)
+	return v.gen, nil
+}
+
+// recordOf is the journal record of e's version v. Needs e.mu.
+func (s *Store) recordOf(e *entry, v *version) record {
+	s.mu.Lock()
+	key := e.key
+	s.mu.Unlock()
+	return record{ID: e.id, Key: key, Blob: v.blob.name, Size: v.size, Seq: v.seq,
+		ModTime: v.mtime.UnixNano(), CTime: v.ctime}
+}
+
+// waitDurable blocks until generation gen of e is durable, has failed, or
+// e was removed.
+func (s *Store) waitDurable(ctx context.Context, e *entry, gen uint64) error {
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		switch {
+		case e.durable >= gen || e.key == "":
+			return nil
+		case e.failed != nil:
+			return e.failed
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case s.closed:
+			return backends.Wrap("fsync", e.key, backends.ErrTransient, context.Canceled)
+		}
+		s.cond.Wait()
+	}
+}

@@ -1,0 +1,152 @@
+package writeback
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// The journal is one small JSON file per entry with a closed, not yet
+// durable version: journal/<entry id>.json. A record is written (temp file,
+// rename) before close returns, and removed
+// once that version, or a later one, is durable in the backend. A blob a
+// record names is sealed: it never changes again. On restart every record
+// is uploaded again; blobs no record names are discarded, so bytes of a
+// file whose close never returned are never published.
+
+// record is what the journal holds for one entry.
+type record struct {
+	ID   string `json:"id"`
+	Key  string `json:"key"`
+	Blob string `json:"blob"` // file name under blobs/
+	Size int64  `json:"size"`
+	// Seq orders records written for the same key (nanoseconds at seal):
+	// if a crash ever leaves two, the later one wins.
+	Seq     int64 `json:"seq"`
+	ModTime int64 `json:"mtime"` // unix nanoseconds
+	// CTime is the blob's change time at seal: a blob that changed since
+	// (written through a descriptor still open) is never published.
+	CTime int64 `json:"ctime,omitempty"`
+}
+
+type journal struct {
+	dir string
+	// sync fsyncs records and the directory, for records that survive a
+	// machine crash. A daemon crash (SIGKILL) needs no fsync: the page
+	// cache outlives the process, and rename is atomic. It is set with
+	// Options.StagingSync, since a durable record of data that is not
+	// durable itself would be of no use.
+	sync bool
+}
+
+func (j *journal) path(id string) string { return filepath.Join(j.dir, id+".json") }
+
+// put replaces the record of r.ID atomically; durably (fsync) if j.sync
+// or sync is set.
+func (j *journal) put(r record, sync bool) error {
+	sync = sync || j.sync
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(j.dir, "."+r.ID+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return stagingErr("journal", r.Key, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return stagingErr("journal", r.Key, err)
+	}
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			os.Remove(tmp)
+			return stagingErr("journal", r.Key, err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return stagingErr("journal", r.Key, err)
+	}
+	if err := os.Rename(tmp, j.path(r.ID)); err != nil {
+		os.Remove(tmp)
+		return stagingErr("journal", r.Key, err)
+	}
+	if !sync {
+		return nil
+	}
+	return syncDir(j.dir)
+}
+
+// remove deletes the record of id; a missing record is not an error.
+func (j *journal) remove(id string) error {
+	if err := os.Remove(j.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if !j.sync {
+		return nil
+	}
+	return syncDir(j.dir)
+}
+
+// load reads every record. Unreadable records are reported, not skipped
+// silently: they may name a file someone closed.
+func (j *journal) load() ([]record, error) {
+	des, err := os.ReadDir(j.dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []record
+	for _, de := range des {
+		name := de.Name()
+		if strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".tmp") {
+			os.Remove(filepath.Join(j.dir, name)) // a record never renamed into place
+			continue
+		}
+		if !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(j.dir, name))
+		if err != nil {
+			return nil, err
+		}
+		var r record
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("journal record %s is corrupt: %w", name, err)
+		}
+		if r.ID+".json" != name || r.Blob == "" {
+			return nil, fmt.Errorf("journal record %s is inconsistent (id %q, blob %q)", name, r.ID, r.Blob)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// stagingErr turns a local staging-disk error into a backends error the
+// FUSE edge maps: a full disk becomes ENOSPC for the writer.
+func stagingErr(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return backends.Wrap(op, key, backends.ErrNoSpace, err)
+	}
+	return &backends.OpError{Op: op, Key: key, Err: err}
+}

@@ -1,0 +1,47 @@
+package writeback
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the Store's Prometheus instruments. They live on the Store,
+// never in package globals, and are registered on Options.Registry.
+type metrics struct {
+	uploads        *prometheus.CounterVec // result: ok, retry, failed
+	uploadedBytes  prometheus.Counter
+	permanentFails prometheus.Counter
+	queueDepth     prometheus.Gauge // closed versions not yet durable
+	stagedBytes    prometheus.Gauge // bytes of pending (not yet durable) data
+}
+
+func newMetrics(reg prometheus.Registerer, backendID string) (*metrics, error) {
+	labels := prometheus.Labels{"backend": backendID}
+	m := &metrics{
+		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "mlfsd_writeback_uploads_total", Help: "Upload attempts of staged files, by result (ok, retry, failed).",
+			ConstLabels: labels,
+		}, []string{"result"}),
+		uploadedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mlfsd_writeback_uploaded_bytes_total", Help: "Bytes of staged files made durable in the backend.",
+			ConstLabels: labels,
+		}),
+		permanentFails: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "mlfsd_writeback_permanent_failures_total", Help: "Files that could not be uploaded (kept in staging, reported at drain).",
+			ConstLabels: labels,
+		}),
+		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mlfsd_writeback_queue_depth", Help: "Closed files waiting to become durable in the backend.",
+			ConstLabels: labels,
+		}),
+		stagedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "mlfsd_writeback_pending_bytes", Help: "Bytes of closed files not yet durable in the backend.",
+			ConstLabels: labels,
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.uploads, m.uploadedBytes, m.permanentFails, m.queueDepth, m.stagedBytes} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}

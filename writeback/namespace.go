@@ -1,0 +1,335 @@
+package writeback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// Namespace changes (unlink, rename, mkdir, rmdir) reach the backend before
+// they return. Each first quiesces the entries it touches: no upload of
+// them runs while it works, so an upload under the old name can never land
+// after the change.
+
+// quiesce stops e's upload or stream and keeps new ones from starting until
+// resume. Needs s.nsMu, and not e.mu.
+func (s *Store) quiesce(e *entry) {
+	if e == nil {
+		return
+	}
+	s.mu.Lock()
+	e.paused++
+	up, st := e.up, e.stream
+	if st != nil {
+		st.invalidateLocked()
+	}
+	s.mu.Unlock()
+	if up != nil {
+		up.cancel()
+		<-up.done
+	}
+	if st != nil {
+		<-st.done
+	}
+}
+
+func (s *Store) resume(e *entry) {
+	if e == nil {
+		return
+	}
+	s.mu.Lock()
+	e.paused--
+	s.enqueueLocked(e)
+	s.mu.Unlock()
+}
+
+// Remove deletes the file key: its pending upload is cancelled, and what
+// the backend holds is deleted. Open handles keep working on a detached
+// copy that is never uploaded.
+func (s *Store) Remove(ctx context.Context, key string) error {
+	s.nsMu.Lock()
+	defer s.nsMu.Unlock()
+	s.mu.Lock()
+	e := s.entries[key]
+	s.mu.Unlock()
+	s.quiesce(e)
+	defer s.resume(e)
+	if err := s.b.Delete(ctx, key); err != nil && !errors.Is(err, backends.ErrNotExist) {
+		return err
+	}
+	if e != nil {
+		s.detach(e)
+	}
+	return nil
+}
+
+// detach forgets e's key and pending upload. Needs s.nsMu, e quiesced.
+func (s *Store) detach(e *entry) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	if s.entries[e.key] == e {
+		delete(s.entries, e.key)
+	}
+	e.key = ""
+	old := e.pend
+	s.setPendLocked(e, nil)
+	s.dropVersionLocked(e, old)
+	e.failed = nil
+	s.maybeReleaseLocked(e)
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	if err := s.jr.remove(e.id); err != nil {
+		s.log.Warn("writeback: cannot remove a journal record", "record", e.id, "err", err)
+	}
+}
+
+// rekey moves e to key to, rewriting its journal record first if it has a
+// pending version. Needs s.nsMu, e quiesced.
+func (s *Store) rekey(e *entry, to string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	v := e.pend
+	s.mu.Unlock()
+	if v != nil {
+		v.seq = time.Now().UnixNano() // newer than any record it replaces
+		r := s.recordOf(e, v)
+		r.Key = to
+		if err := s.jr.put(r, false); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	if s.entries[e.key] == e {
+		delete(s.entries, e.key)
+	}
+	e.key = to
+	e.base.Key = to
+	e.failed = nil
+	e.attempts = 0
+	s.entries[to] = e
+	s.mu.Unlock()
+	return nil
+}
+
+// Rename moves the file from to to, replacing a file at to. A file with a
+// pending upload is re-keyed (its old name is deleted from the backend);
+// a durable file is renamed in the backend (server-side where the backend
+// can, else copy and delete).
+func (s *Store) Rename(ctx context.Context, from, to string) error {
+	if from == to {
+		return nil
+	}
+	s.nsMu.Lock()
+	defer s.nsMu.Unlock()
+	s.mu.Lock()
+	src, dst := s.entries[from], s.entries[to]
+	s.mu.Unlock()
+	s.quiesce(src)
+	defer s.resume(src)
+	s.quiesce(dst)
+	defer s.resume(dst)
+
+	s.mu.Lock()
+	// Staged bytes not yet durable (or perhaps changed by the kernel
+	// through passthrough) move with the entry and are uploaded under the
+	// new name; a durable file is moved in the backend.
+	staged := src != nil && src.cur != nil
+	pending := staged && (src.pend != nil || src.dirty || src.ptHandles > 0)
+	s.mu.Unlock()
+	if !pending {
+		err := s.moveObject(ctx, from, to)
+		if errors.Is(err, backends.ErrNotExist) && staged {
+			pending = true // never uploaded: nothing to move
+		} else if err != nil {
+			return err
+		} else if src != nil {
+			if err := s.rekey(src, to); err != nil {
+				return err
+			}
+		}
+	}
+	if pending {
+		if err := s.rekey(src, to); err != nil {
+			return err
+		}
+		src.mu.Lock()
+		s.mu.Lock()
+		if src.pend == nil {
+			src.dirty = true // uploaded under the new name at its next close
+		}
+		s.mu.Unlock()
+		src.mu.Unlock()
+		if err := s.b.Delete(ctx, from); err != nil && !errors.Is(err, backends.ErrNotExist) {
+			s.log.Warn("writeback: rename left the old name in the backend", "from", from, "to", to, "err", err)
+		}
+	}
+	if dst != nil {
+		s.detach(dst)
+	}
+	return nil
+}
+
+// RenameDir moves directory from (with everything under it) to to, which
+// must not exist or be an empty directory.
+func (s *Store) RenameDir(ctx context.Context, from, to string) error {
+	if from == to {
+		return nil
+	}
+	if from == "" || strings.HasPrefix(to+"/", from+"/") {
+		return backends.Wrap("rename", from, backends.ErrInvalid, fmt.Errorf("cannot move a directory into itself (%q)", to))
+	}
+	s.nsMu.Lock()
+	defer s.nsMu.Unlock()
+	s.mu.Lock()
+	var moved []*entry
+	var oldKeys []string
+	for k, e := range s.entries {
+		if strings.HasPrefix(k, from+"/") {
+			moved = append(moved, e)
+			oldKeys = append(oldKeys, k)
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range moved {
+		s.quiesce(e)
+		defer s.resume(e)
+	}
+	// Journal first: after a crash, pending files go where the user last put them.
+	// On failure staged files keep their old names. (Objects already moved
+	// by a copy-and-delete backend stay moved.)
+	undo := func(n int) {
+		for i := range n {
+			if err := s.rekey(moved[i], oldKeys[i]); err != nil {
+				s.log.Error("writeback: cannot undo a failed directory rename", "key", oldKeys[i], "err", err)
+			}
+		}
+	}
+	for i, e := range moved {
+		if err := s.rekey(e, to+strings.TrimPrefix(oldKeys[i], from)); err != nil {
+			undo(i)
+			return err
+		}
+	}
+	if err := s.moveDir(ctx, from, to); err != nil {
+		undo(len(moved))
+		return err
+	}
+	return nil
+}
+
+// moveDir moves a directory tree in the backend.
+func (s *Store) moveDir(ctx context.Context, from, to string) error {
+	if r, ok := s.b.(backends.Renamer); ok {
+		// POSIX lets a rename replace an empty directory; the store's
+		// rename does not.
+		if err := s.b.Delete(ctx, to); err != nil && !errors.Is(err, backends.ErrNotExist) {
+			return err
+		}
+		err := r.Rename(ctx, from, to)
+		if errors.Is(err, backends.ErrNotExist) {
+			// The directory existed only here (empty, or with staged files).
+			return s.MakeDir(ctx, to)
+		}
+		return err
+	}
+	var keys []backends.ObjectInfo
+	opt := backends.ListOptions{Prefix: from + "/", Recursive: true}
+	for {
+		page, err := s.b.List(ctx, opt)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, page.Objects...)
+		if page.NextToken == "" {
+			break
+		}
+		opt.Token = page.NextToken
+	}
+	if err := s.MakeDir(ctx, to); err != nil {
+		return err
+	}
+	for _, o := range keys {
+		dst := to + strings.TrimPrefix(o.Key, from)
+		if o.IsDir {
+			if err := s.MakeDir(ctx, dst); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := s.moveObject(ctx, o.Key, dst); err != nil {
+			return err
+		}
+	}
+	for i := len(keys) - 1; i >= 0; i-- {
+		if keys[i].IsDir {
+			s.b.Delete(ctx, keys[i].Key)
+		}
+	}
+	if err := s.b.Delete(ctx, from); err != nil && !errors.Is(err, backends.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// moveObject renames one object in the backend: server-side rename, else
+// server-side copy and delete, else download, upload and delete.
+func (s *Store) moveObject(ctx context.Context, from, to string) error {
+	if r, ok := s.b.(backends.Renamer); ok {
+		return r.Rename(ctx, from, to)
+	}
+	if c, ok := s.b.(backends.Copier); ok {
+		if _, err := c.Copy(ctx, from, to); err != nil {
+			return err
+		}
+		return s.b.Delete(ctx, from)
+	}
+	st, err := s.b.Stat(ctx, from)
+	if err != nil {
+		return err
+	}
+	r, err := s.b.Read(ctx, from, backends.ReadOptions{Length: -1})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	w, err := s.b.Write(ctx, to, backends.WriteOptions{SizeHint: st.Size})
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyBuffer(onlyWriter{w}, r, make([]byte, 1<<20)); err != nil {
+		w.Abort(context.WithoutCancel(ctx))
+		return err
+	}
+	if _, err := w.Commit(ctx); err != nil {
+		return err
+	}
+	return s.b.Delete(ctx, from)
+}
+
+// MakeDir creates directory key in the backend where the backend has
+// directories (or markers); elsewhere directories exist only in the mount
+// until a file is uploaded under them.
+func (s *Store) MakeDir(ctx context.Context, key string) error {
+	if d, ok := s.b.(backends.DirMaker); ok {
+		return d.MakeDir(ctx, key)
+	}
+	return nil
+}
+
+// RemoveDir deletes the empty directory key from the backend (the caller
+// checked it is empty). A directory the backend never held is fine.
+func (s *Store) RemoveDir(ctx context.Context, key string) error {
+	s.nsMu.Lock()
+	defer s.nsMu.Unlock()
+	if err := s.b.Delete(ctx, key); err != nil && !errors.Is(err, backends.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,453 @@
+// Package writeback is the write path of mlfsd's output channels: staging
+// files, a durable upload journal, a background upload queue with retries,
+// and the drain that waits until every closed file is in the backend.
+//
+// A Store serves one backend. Files are staged under Options.StagingDir;
+// each close (Handle.Flush) seals the staged bytes, records them in the
+// journal and queues an upload; Handle.Sync can wait until the upload is
+// durable. A Store reopened on the same staging dir after a crash uploads
+// every sealed file again, so nothing whose close returned is lost, and
+// only complete files are ever published (Backend.Write + Writer.Commit).
+//
+// The shape follows rclone's vfs/vfscache: per-file state persisted next to
+// the data, and a queue that knows only how to upload an entry.
+package writeback
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// Lock order: s.nsMu, then e.mu (several entries only under nsMu), then
+// s.mu. Entry fields marked (e.mu+s.mu) are written holding both and may be
+// read holding either. No lock is held across a backend call except e.mu
+// and s.nsMu.
+
+// Store stages, journals and uploads the files of one backend.
+type Store struct {
+	b       backends.Backend
+	opt     Options
+	log     *slog.Logger
+	m       *metrics
+	dir     string
+	blobDir string
+	jr      journal
+	lock    *os.File // flock held while the Store is open
+	limiter *rate.Limiter
+
+	ctx    context.Context // cancelled by Close: stops uploads
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// nsMu serialises namespace changes (rename, remove) so that each sees
+	// a quiet set of entries.
+	nsMu sync.Mutex
+
+	// sent counts bytes handed to backend writers (for progress rates;
+	// retries count again).
+	sent atomic.Int64
+
+	mu      sync.Mutex
+	cond    *sync.Cond        // broadcast on queue and upload state changes
+	entries map[string]*entry // GUARDED_BY(mu); by key, removed entries are absent
+	queue   []*entry          // GUARDED_BY(mu)
+	closed  bool              // GUARDED_BY(mu)
+	done    progressCounters  // GUARDED_BY(mu): made durable since Open
+	pending progressCounters  // GUARDED_BY(mu): sealed versions not yet durable
+}
+
+type progressCounters struct {
+	files int64
+	bytes int64
+}
+
+// entry is the state of one file the Store has touched.
+type entry struct {
+	id string // journal record name
+	// mu orders data changes: writes and reads hold it shared; seal,
+	// copy-on-write, truncate, rename and removal hold it exclusively.
+	mu sync.RWMutex
+
+	key       string              // (e.mu+s.mu) "" once removed
+	base      backends.ObjectInfo // GUARDED_BY(s.mu): what the backend holds, when inBackend
+	inBackend bool                // GUARDED_BY(s.mu): something may exist under key in the backend
+	cur       *blob               // (e.mu+s.mu) live staged data; nil when not staged
+	dirty     bool                // (e.mu+s.mu) cur changed since the last seal
+	mtime     time.Time           // GUARDED_BY(s.mu)
+	handles   int                 // GUARDED_BY(s.mu)
+	gen       uint64              // (e.mu+s.mu) generation of the latest seal
+	pend      *version            // (e.mu+s.mu) latest sealed version not yet durable
+	durable   uint64              // GUARDED_BY(s.mu) latest generation durable in the backend
+	up        *upload             // GUARDED_BY(s.mu) upload in flight
+	queued    bool                // GUARDED_BY(s.mu)
+	paused    int                 // GUARDED_BY(s.mu) namespace changes in progress
+	attempts  int                 // GUARDED_BY(s.mu) failed attempts of pend
+	failed    error               // GUARDED_BY(s.mu) pend could not be uploaded
+	stream    *streamer           // (e.mu+s.mu) upload started before close
+	// ptHandles counts open handles whose I/O the kernel sends straight
+	// to cur (FUSE passthrough). While it is non-zero, cur is never
+	// replaced (the kernel holds its fd) and is written in place even
+	// when sealed; uploads then check, before publishing, that the blob
+	// did not change since its seal (see blobStat).
+	ptHandles int      // (e.mu+s.mu)
+	lastSeal  blobStat // (e.mu+s.mu) cur's state at the last seal or staging
+}
+
+// version is one sealed state of an entry: what a close saw.
+type version struct {
+	gen   uint64
+	blob  *blob
+	size  int64
+	ctime int64 // the blob's change time at seal (see blobStat)
+	seq   int64
+	mtime time.Time
+}
+
+// upload is an upload in flight.
+type upload struct {
+	v      *version
+	key    string
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// ErrUploadFailed is returned by Drain (wrapped, naming the files) when
+// some closed files could not be uploaded. Their data stays in staging and
+// in the journal: the next Store on the same staging dir tries again.
+var ErrUploadFailed = errors.New("upload failed")
+
+// Open opens (creating it if needed) the staging area of b under
+// opt.StagingDir, queues every upload a previous run left unfinished, and
+// starts the uploaders. Close the Store when done; Drain first to wait for
+// uploads.
+func Open(ctx context.Context, b backends.Backend, opt Options) (*Store, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	opt = opt.withDefaults()
+	sum := sha256.Sum256([]byte(b.ID()))
+	dir := filepath.Join(opt.StagingDir, hex.EncodeToString(sum[:8]))
+	s := &Store{
+		b: b, opt: opt, log: opt.Log.With("backend", b.ID()),
+		dir: dir, blobDir: filepath.Join(dir, "blobs"), jr: journal{dir: filepath.Join(dir, "journal"), sync: opt.StagingSync},
+		entries: map[string]*entry{},
+	}
+	s.cond = sync.NewCond(&s.mu)
+	for _, d := range []string{s.blobDir, s.jr.dir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("staging dir %s: %w", opt.StagingDir, err)
+		}
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("staging dir %s: %w", opt.StagingDir, err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("staging dir %s is in use by another mlfsd for %s (%s): %w", opt.StagingDir, b.ID(), dir, err)
+	}
+	s.lock = lock
+	// A note for whoever looks at the staging dir by hand.
+	_ = os.WriteFile(filepath.Join(dir, "BACKEND"), []byte(b.ID()+"\n"), 0o600)
+
+	m, err := newMetrics(opt.Registry, b.ID())
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("writeback metrics: %w", err)
+	}
+	s.m = m
+	if opt.BandwidthLimit > 0 {
+		s.limiter = rate.NewLimiter(rate.Limit(opt.BandwidthLimit), int(min(opt.BandwidthLimit, 1<<20)))
+	}
+	if err := s.recover(); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	for range opt.Concurrency {
+		s.wg.Add(1)
+		go s.worker()
+	}
+	return s, nil
+}
+
+// recover rebuilds pending entries from the journal and discards staged
+// data no record names (files whose close never returned).
+func (s *Store) recover() error {
+	recs, err := s.jr.load()
+	if err != nil {
+		return fmt.Errorf("staging dir %s: %w", s.dir, err)
+	}
+	// The latest record per key wins.
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Seq > recs[j].Seq })
+	keep := map[string]bool{}
+	for _, r := range recs {
+		if _, dup := s.entries[r.Key]; dup {
+			s.log.Warn("writeback: dropping an older journal record for the same key", "key", r.Key, "record", r.ID)
+			s.jr.remove(r.ID)
+			continue
+		}
+		bl, err := s.openBlob(r.Blob)
+		if err == nil {
+			// A sealed blob never changes: any difference means it was lost
+			// (machine crash without --staging-fsync) or written after its
+			// close through a descriptor still open. Never publish it.
+			if st, serr := bl.stat(); serr != nil {
+				err = serr
+			} else if st.size != r.Size {
+				err = fmt.Errorf("staged data is %d bytes, the journal says %d (lost in a machine crash?)", st.size, r.Size)
+			} else if r.CTime != 0 && st.ctime != r.CTime {
+				err = fmt.Errorf("staged data changed after its close (written through a descriptor still open)")
+			}
+			if err != nil {
+				bl.f.Close()
+			}
+		}
+		if err != nil {
+			s.log.Error("writeback: a closed file cannot be recovered from staging; kept for inspection",
+				"key", r.Key, "record", s.jr.path(r.ID), "err", err)
+			keep[r.Blob] = true
+			s.entries[r.Key] = &entry{id: r.ID, key: r.Key, failed: fmt.Errorf("recover %q: %w", r.Key, err)}
+			continue
+		}
+		bl.sealed = true
+		bl.refs = 2 // cur and pend
+		mt := time.Unix(0, r.ModTime)
+		e := &entry{id: r.ID, key: r.Key, cur: bl, gen: 1, mtime: mt, inBackend: true}
+		s.setPendLocked(e, &version{gen: 1, blob: bl, size: r.Size, ctime: r.CTime, seq: r.Seq, mtime: mt})
+		e.lastSeal = blobStat{size: r.Size, ctime: r.CTime}
+		s.entries[r.Key] = e
+		keep[r.Blob] = true
+		s.queue = append(s.queue, e)
+		e.queued = true
+	}
+	des, err := os.ReadDir(s.blobDir)
+	if err != nil {
+		return err
+	}
+	for _, de := range des {
+		if !keep[de.Name()] {
+			os.Remove(filepath.Join(s.blobDir, de.Name()))
+		}
+	}
+	if n := len(s.queue); n > 0 {
+		s.log.Info("writeback: resuming uploads left by a previous run", "files", n)
+	}
+	return nil
+}
+
+// Close stops the uploaders (aborting uploads in flight) and releases the
+// staging dir. Pending uploads stay journaled for the next Open; call
+// Drain first to finish them.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.cond.Broadcast()
+	streams := []*streamer{}
+	for _, e := range s.entries {
+		if e.stream != nil {
+			streams = append(streams, e.stream)
+		}
+	}
+	s.mu.Unlock()
+	s.cancel()
+	for _, st := range streams {
+		st.wait()
+	}
+	s.wg.Wait()
+	s.mu.Lock()
+	for _, e := range s.entries {
+		if e.cur != nil {
+			e.cur.f.Close()
+		}
+		if e.pend != nil && e.pend.blob != e.cur {
+			e.pend.blob.f.Close()
+		}
+	}
+	s.mu.Unlock()
+	// Leave no empty staging area behind (one per channel URI ever mounted).
+	if empty(s.blobDir) && empty(s.jr.dir) {
+		os.RemoveAll(s.dir)
+	}
+	return s.lock.Close()
+}
+
+func empty(dir string) bool {
+	des, err := os.ReadDir(dir)
+	return err == nil && len(des) == 0
+}
+
+// Backend returns the backend the Store uploads to.
+func (s *Store) Backend() backends.Backend { return s.b }
+
+// Stat reports what the Store knows of key: the staged size and time of a
+// file being written or uploaded, or what the backend holds after the
+// Store's last upload or rename of it. ok is false when the Store has
+// never seen key (ask the backend).
+func (s *Store) Stat(key string) (info backends.ObjectInfo, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[key]
+	if e == nil {
+		return backends.ObjectInfo{}, false
+	}
+	return s.statLocked(e), true
+}
+
+func (s *Store) statLocked(e *entry) backends.ObjectInfo {
+	info := e.base
+	info.Key = e.key
+	info.IsDir = false
+	if e.cur != nil {
+		s.refreshLocked(e)
+		info.Size = e.cur.size
+		info.ModTime = e.mtime
+	}
+	return info
+}
+
+// Children lists the files the Store knows directly under directory dir
+// ("" is the root) and the names of sub-directories implied by deeper
+// keys. The output tree merges them with the backend's listing.
+func (s *Store) Children(dir string) (files []backends.ObjectInfo, dirs []string) {
+	prefix := dir
+	if prefix != "" {
+		prefix += "/"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	for k, e := range s.entries {
+		if len(k) <= len(prefix) || k[:len(prefix)] != prefix {
+			continue
+		}
+		rest := k[len(prefix):]
+		if i := indexByte(rest, '/'); i >= 0 {
+			if d := rest[:i]; !seen[d] {
+				seen[d] = true
+				dirs = append(dirs, d)
+			}
+			continue
+		}
+		if e.cur == nil && e.pend == nil && !e.inBackend {
+			continue
+		}
+		files = append(files, s.statLocked(e))
+	}
+	return files, dirs
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// entryLocked returns the entry of key, creating it from base (what the
+// backend holds; nil when nothing is there).
+func (s *Store) entryLocked(key string, base *backends.ObjectInfo) *entry {
+	e := s.entries[key]
+	if e == nil {
+		e = &entry{id: randomID(), key: key, mtime: time.Now()}
+		if base != nil {
+			e.base, e.inBackend, e.mtime = *base, true, base.ModTime
+		}
+		s.entries[key] = e
+	}
+	return e
+}
+
+// unrefLocked drops one reference to b, deleting its file at zero.
+func (s *Store) unrefLocked(b *blob) {
+	b.refs--
+	if b.refs == 0 {
+		b.discard()
+	}
+}
+
+// dropVersionLocked releases v's blob once neither pend nor an upload
+// names it.
+func (s *Store) dropVersionLocked(e *entry, v *version) {
+	if v == nil || e.pend == v || (e.up != nil && e.up.v == v) || (e.stream != nil && e.stream.v == v) {
+		return
+	}
+	s.unrefLocked(v.blob)
+}
+
+// maybeReleaseLocked frees the staged data of an entry nobody has open
+// once it is durable (or the entry was removed). Needs e.mu exclusively.
+func (s *Store) maybeReleaseLocked(e *entry) {
+	if e.handles > 0 || e.cur == nil {
+		return
+	}
+	if e.key != "" && (e.dirty || e.pend != nil) {
+		return
+	}
+	if e.key == "" && e.pend != nil {
+		old := e.pend
+		s.setPendLocked(e, nil)
+		s.dropVersionLocked(e, old)
+	}
+	s.unrefLocked(e.cur)
+	e.cur = nil
+	e.dirty = false
+}
+
+// setPendLocked replaces e.pend, keeping the pending counters; the caller
+// releases the old version with dropVersionLocked.
+func (s *Store) setPendLocked(e *entry, v *version) {
+	if e.pend != nil {
+		s.pending.files--
+		s.pending.bytes -= e.pend.size
+	}
+	e.pend = v
+	if v != nil {
+		s.pending.files++
+		s.pending.bytes += v.size
+	}
+	s.m.queueDepth.Set(float64(s.pending.files))
+	s.m.stagedBytes.Set(float64(s.pending.bytes))
+}
+
+// refreshLocked updates cur's size from the file when the kernel may have
+// written it directly (passthrough).
+func (s *Store) refreshLocked(e *entry) {
+	if e.ptHandles > 0 && e.cur != nil {
+		if st, err := e.cur.stat(); err == nil {
+			e.cur.size = st.size
+		}
+	}
+}
+
+// StagingDir returns the staging directory (where free space matters).
+func (s *Store) StagingDir() string { return s.opt.StagingDir }
+
+// Pending returns how many closed files are not yet durable in the backend.
+func (s *Store) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int(s.pending.files)
+}

@@ -1,0 +1,204 @@
+package wbbench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/oss"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	mfs "github.com/mlfsd/mlfsd/fs"
+	"github.com/mlfsd/mlfsd/writeback"
+)
+
+// BenchmarkCheckpoint writes a checkpoint (2 GiB by default; set
+// MLFSD_BENCH_CKPT_MIB to change) sequentially in 1 MiB writes, and each
+// round measures, in the same run:
+//
+//	local   writing the same bytes to a file on the staging disk, to close
+//	upload  the emulator's upload of the same bytes (backend Write+Commit, no FUSE)
+//	close   writing through the output mount, until close returns
+//	durable writing through the output mount, until the file is in the emulator
+//
+// The mount is measured twice per round: streaming the file before close
+// (--upload-stream-threshold 16MiB) and uploading only after close (the
+// default). It reports the medians
+// over the rounds of close/local (limit 1.3) and durable/max(local, upload)
+// (limit 1.2) for each:
+//
+//	go test ./writeback/wbbench -run '^$' -bench Checkpoint -benchtime 3x
+func BenchmarkCheckpoint(b *testing.B) {
+	size := int64(2048) << 20
+	if s := os.Getenv("MLFSD_BENCH_CKPT_MIB"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			b.Fatalf("MLFSD_BENCH_CKPT_MIB=%q: want a positive number of MiB", s)
+		}
+		size = int64(n) << 20
+	}
+	b.Setenv("OSS_ACCESS_KEY_ID", "bench-id")
+	b.Setenv("OSS_ACCESS_KEY_SECRET", "bench-secret")
+	b.Setenv("OSS_SESSION_TOKEN", "")
+	b.Setenv("OSS_ENDPOINT", "")
+	ctx := context.Background()
+	be := startEmulator(b)
+
+	work := b.TempDir() // local disk: baseline file and staging
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i*7 + i>>11)
+	}
+	ratios := map[string][]float64{}
+	round := 0
+	for b.Loop() {
+		round++
+		// Local disk. Each phase starts with no dirty pages left by the last.
+		local := filepath.Join(work, "local.pt")
+		syscall.Sync()
+		t0 := time.Now()
+		if err := writeSeq(local, chunk, size); err != nil {
+			b.Fatal(err)
+		}
+		tLocal := time.Since(t0)
+		os.Remove(local)
+
+		// The emulator's upload of the same bytes, without FUSE or staging.
+		key := fmt.Sprintf("direct-%d.pt", round)
+		syscall.Sync()
+		t0 = time.Now()
+		w, err := be.Write(ctx, key, backends.WriteOptions{SizeHint: size})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for n := int64(0); n < size; n += int64(len(chunk)) {
+			if _, err := w.Write(chunk); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := w.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+		tUpload := time.Since(t0)
+		be.Delete(ctx, key)
+
+		// Through the output mount: streaming before close, and not.
+		for _, mode := range []struct {
+			name      string
+			threshold int64
+		}{{"stream", 16 << 20}, {"nostream", 0}} {
+			tClose, tDurable := mountWrite(b, be, work, fmt.Sprintf("%s-%d", mode.name, round), chunk, size, mode.threshold)
+			cr := tClose.Seconds() / tLocal.Seconds()
+			dr := tDurable.Seconds() / max(tLocal, tUpload).Seconds()
+			ratios[mode.name+"-close/local"] = append(ratios[mode.name+"-close/local"], cr)
+			ratios[mode.name+"-durable/max(local,upload)"] = append(ratios[mode.name+"-durable/max(local,upload)"], dr)
+			b.Logf("round %d, %d MiB, %s: local %v, upload %v, close %v, durable %v: close/local %.2f, durable/max(local,upload) %.2f",
+				round, size>>20, mode.name, tLocal.Round(time.Millisecond), tUpload.Round(time.Millisecond),
+				tClose.Round(time.Millisecond), tDurable.Round(time.Millisecond), cr, dr)
+		}
+	}
+	for name, xs := range ratios {
+		b.ReportMetric(median(xs), name)
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// mountWrite writes the checkpoint through a fresh output mount staging
+// under work, returning the time until close returned and until the file
+// was durable in the backend.
+func mountWrite(b *testing.B, be backends.Backend, work, name string, chunk []byte, size, threshold int64) (tClose, tDurable time.Duration) {
+	ctx := context.Background()
+	staging := filepath.Join(work, "staging-"+name)
+	st, err := writeback.Open(ctx, be, writeback.Options{StagingDir: staging, StreamThreshold: threshold, Log: slog.Default()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mnt := b.TempDir()
+	srv, err := mfs.MountOutput(ctx, mnt, mfs.OutputOptions{Store: st, NoPassthrough: os.Getenv("MLFSD_BENCH_NO_PT") != ""}, mfs.MountOptions{})
+	if err != nil {
+		b.Fatalf("FUSE mount: %v", err)
+	}
+	syscall.Sync()
+	t0 := time.Now()
+	if err := writeSeq(filepath.Join(mnt, "ckpt.pt"), chunk, size); err != nil {
+		b.Fatal(err)
+	}
+	tClose = time.Since(t0)
+	if err := st.Drain(ctx, nil); err != nil {
+		b.Fatal(err)
+	}
+	tDurable = time.Since(t0)
+	if info, err := be.Stat(ctx, "ckpt.pt"); err != nil || info.Size != size {
+		b.Fatalf("checkpoint in the emulator: %+v, %v", info, err)
+	}
+	if err := srv.Unmount(); err != nil {
+		b.Fatal(err)
+	}
+	st.Close()
+	be.Delete(ctx, "ckpt.pt")
+	os.RemoveAll(staging)
+	return tClose, tDurable
+}
+
+// writeSeq writes size bytes to path in len(chunk) writes and closes it.
+func writeSeq(path string, chunk []byte, size int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	for n := int64(0); n < size; n += int64(len(chunk)) {
+		if _, err := f.Write(chunk); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// startEmulator serves an OSS emulator on loopback and opens the OSS
+// backend on one of its buckets.
+func startEmulator(b *testing.B) backends.Backend {
+	root := b.TempDir()
+	if err := os.Mkdir(filepath.Join(root, "bkt"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	srv, err := ossemu.New(root, ossemu.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, l) }()
+	b.Cleanup(func() { cancel(); <-done })
+	u, err := backends.ParseURI("oss://bkt/ckpt/")
+	if err != nil {
+		b.Fatal(err)
+	}
+	be, err := oss.New(context.Background(), u, oss.Options{Endpoint: "http://" + l.Addr().String()}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	return be
+}
