@@ -1,0 +1,208 @@
+package bench
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// Plot draws one bar chart per workload into a PNG file: the targets (one
+// per report) along x, a bar per cache state, the workload's metric on y.
+func Plot(path string, reps []*Report) (err error) {
+	if len(reps) == 0 {
+		return fmt.Errorf("nothing to plot")
+	}
+	var targets []string
+	for _, r := range reps {
+		targets = append(targets, label(r))
+	}
+	var workloads []string
+	for _, w := range WorkloadNames() {
+		for _, r := range reps {
+			if slices.ContainsFunc(r.Results, func(x Result) bool { return x.Workload == w }) && !slices.Contains(workloads, w) {
+				workloads = append(workloads, w)
+			}
+		}
+	}
+	if len(workloads) == 0 {
+		return fmt.Errorf("the reports hold no results")
+	}
+
+	const cols = 2
+	width := vg.Length(max(8.4, 2.2*float64(len(targets)))) * vg.Inch
+	rows := (len(workloads) + cols - 1) / cols
+	grid := make([][]*plot.Plot, rows)
+	for i := range grid {
+		grid[i] = make([]*plot.Plot, cols)
+	}
+	for i, w := range workloads {
+		p, err := workloadPlot(w, reps, targets, width/cols)
+		if err != nil {
+			return err
+		}
+		grid[i/cols][i%cols] = p
+	}
+	for i := len(workloads); i < rows*cols; i++ {
+		grid[i/cols][i%cols] = plot.New() // an empty tile
+		grid[i/cols][i%cols].HideAxes()
+	}
+
+	height := vg.Length(rows) * 2.6 * vg.Inch
+	img := vgimg.New(width, height)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	canvases := plot.Align(grid, tiles, dc)
+	for i := range grid {
+		for j := range grid[i] {
+			grid[i][j].Draw(canvases[i][j])
+		}
+	}
+
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		return err
+	}
+	// CreateTemp makes the file 0600; a plot is no secret.
+	if err := f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+func workloadPlot(w string, reps []*Report, targets []string, tileWidth vg.Length) (*plot.Plot, error) {
+	p := plot.New()
+	var caches []string
+	metric, threads := "", 0
+	for _, c := range cacheOrder() {
+		for _, r := range reps {
+			for _, x := range r.Results {
+				if x.Workload == w && x.Cache == c {
+					if !slices.Contains(caches, c) {
+						caches = append(caches, c)
+					}
+					metric, threads = x.Metric, x.Threads
+				}
+			}
+		}
+	}
+	p.Title.Text = fmt.Sprintf("%s (%d thread(s))", w, threads)
+	p.Y.Label.Text = metric + " (log scale)"
+	// Bars of one target fill ~70% of its slot on the x axis.
+	barWidth := tileWidth * 0.7 / vg.Length((len(targets)+1)*len(caches))
+	lo, hi := math.Inf(1), 0.0
+	for ci, c := range caches {
+		b := &bars{width: barWidth, color: plotutil.Color(ci), vals: make([]float64, len(reps)), partial: make([]bool, len(reps))}
+		b.offset = barWidth * (vg.Length(ci) - vg.Length(len(caches)-1)/2)
+		for ti, r := range reps {
+			i := slices.IndexFunc(r.Results, func(x Result) bool { return x.Workload == w && x.Cache == c })
+			if i >= 0 {
+				v := r.Results[i].Value()
+				b.vals[ti], b.partial[ti] = v, r.Results[i].Partial
+				if v > 0 {
+					lo, hi = min(lo, v), max(hi, v)
+				}
+			}
+		}
+		p.Add(b)
+		p.Legend.Add(c, b)
+	}
+	if hi == 0 {
+		lo, hi = 1, 10
+	}
+	// Log scale: the figures of a comparison span orders of magnitude.
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Min = math.Pow(10, math.Floor(math.Log10(lo)))
+	p.Y.Max = math.Pow(10, math.Ceil(math.Log10(hi*3)))
+	p.Y.Tick.Marker = rateTicks{}
+	p.Legend.Top = true
+	p.NominalX(targets...)
+	p.X.Min, p.X.Max = -0.5, float64(len(targets))-0.5
+	return p, nil
+}
+
+// bars is a bar chart on any y scale (gonum's BarChart starts bars at 0,
+// which a log scale cannot show), each bar labelled with its value.
+type bars struct {
+	vals    []float64 // one per x position 0, 1, ...; 0 draws nothing
+	partial []bool    // the run stopped at --duration: label gets a '*'
+	width   vg.Length
+	offset  vg.Length
+	color   color.Color
+}
+
+// Plot implements plot.Plotter.
+func (b *bars) Plot(c draw.Canvas, plt *plot.Plot) {
+	trX, trY := plt.Transforms(&c)
+	label := plt.Y.Tick.Label
+	label.Font.Size = vg.Points(7)
+	label.XAlign, label.YAlign = draw.XCenter, draw.YBottom
+	for i, v := range b.vals {
+		if v <= 0 {
+			continue
+		}
+		x := trX(float64(i)) + b.offset
+		y0, y1 := trY(plt.Y.Min), trY(v)
+		pts := []vg.Point{{X: x - b.width/2, Y: y0}, {X: x - b.width/2, Y: y1}, {X: x + b.width/2, Y: y1}, {X: x + b.width/2, Y: y0}}
+		c.FillPolygon(b.color, c.ClipPolygonY(pts))
+		txt := num(v)
+		if b.partial[i] {
+			txt += "*"
+		}
+		c.FillText(label, vg.Point{X: x, Y: y1 + vg.Points(1)}, txt)
+	}
+}
+
+// DataRange implements plot.DataRanger.
+func (b *bars) DataRange() (xmin, xmax, ymin, ymax float64) {
+	ymin, ymax = math.Inf(1), math.Inf(-1)
+	for _, v := range b.vals {
+		if v > 0 {
+			ymin, ymax = min(ymin, v), max(ymax, v)
+		}
+	}
+	if math.IsInf(ymin, 1) {
+		ymin, ymax = 1, 10
+	}
+	return -0.5, float64(len(b.vals)) - 0.5, ymin, ymax
+}
+
+// Thumbnail implements plot.Thumbnailer (the legend's swatch).
+func (b *bars) Thumbnail(c *draw.Canvas) {
+	r := c.Rectangle
+	c.FillPolygon(b.color, []vg.Point{r.Min, {X: r.Min.X, Y: r.Max.Y}, r.Max, {X: r.Max.X, Y: r.Min.Y}})
+}
+
+// rateTicks are gonum's log ticks labelled like the tables' figures.
+type rateTicks struct{}
+
+func (rateTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.LogTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = num(ts[i].Value)
+		}
+	}
+	return ts
+}
