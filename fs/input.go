@@ -39,13 +39,38 @@ type inputFS struct {
 	b   backends.Backend
 	src Source
 	log *slog.Logger
+
+	// Listings live here rather than in the nodes: the kernel may forget an
+	// inode at any time (go-fuse then drops the node), and a directory must
+	// still be listed from the backend only once per mount.
+	mu       sync.Mutex
+	listings map[string]*listing // GUARDED_BY(mu); key of the directory -> listing
+}
+
+// listing is one directory's entries, fetched once.
+type listing struct {
+	mu      sync.Mutex
+	loaded  bool                           // GUARDED_BY(mu)
+	entries map[string]backends.ObjectInfo // GUARDED_BY(mu); immutable once loaded
+}
+
+// listingOf returns the (possibly not yet loaded) listing of directory key.
+func (f *inputFS) listingOf(key string) *listing {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.listings[key]
+	if !ok {
+		l = &listing{}
+		f.listings[key] = l
+	}
+	return l
 }
 
 // NewInputRoot builds the root of a read-only tree over b. It checks that
 // the channel exists, so a typo in a URI fails at mount time rather than as
 // an empty directory.
 func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (gofs.InodeEmbedder, error) {
-	f := &inputFS{b: b, src: opt.Source, log: opt.Log}
+	f := &inputFS{b: b, src: opt.Source, log: opt.Log, listings: map[string]*listing{}}
 	if f.src == nil {
 		f.src = DirectSource{}
 	}
@@ -69,10 +94,10 @@ func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (go
 	if info.IsDir {
 		return nil, fmt.Errorf("input %s%s is a directory; end the URI with '/' to mount a directory channel", b.ID(), opt.Key)
 	}
-	root := &inDir{fsys: f, info: backends.ObjectInfo{IsDir: true, ModTime: info.ModTime}}
-	root.entries = map[string]backends.ObjectInfo{path.Base(opt.Key): info}
-	root.loaded = true
-	return root, nil
+	l := f.listingOf("")
+	l.entries = map[string]backends.ObjectInfo{path.Base(opt.Key): info}
+	l.loaded = true
+	return &inDir{fsys: f, info: backends.ObjectInfo{IsDir: true, ModTime: info.ModTime}}, nil
 }
 
 // MountInput mounts a read-only tree over b at mountpoint.
@@ -106,10 +131,6 @@ type inDir struct {
 	gofs.Inode
 	fsys *inputFS
 	info backends.ObjectInfo // Key "" for the root
-
-	mu      sync.Mutex
-	loaded  bool                           // GUARDED_BY(mu)
-	entries map[string]backends.ObjectInfo // GUARDED_BY(mu); immutable once loaded
 }
 
 var (
@@ -130,16 +151,17 @@ var (
 // listing returns the directory's entries, fetching them on first use.
 // A failed fetch is not cached: the next call tries again.
 func (d *inDir) listing(ctx context.Context) (map[string]backends.ObjectInfo, syscall.Errno) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.loaded {
-		return d.entries, 0
+	l := d.fsys.listingOf(d.info.Key)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.loaded {
+		return l.entries, 0
 	}
 	entries, err := d.fetch(ctx)
 	if err != nil {
 		return nil, ToErrno(d.fsys.log, "list", d.info.Key, err)
 	}
-	d.entries, d.loaded = entries, true
+	l.entries, l.loaded = entries, true
 	return entries, 0
 }
 
@@ -258,6 +280,13 @@ type inFile struct {
 	gofs.Inode
 	fsys *inputFS
 	info backends.ObjectInfo
+
+	// The kernel keeps one I/O mode per inode: while any open of it is
+	// served by the daemon (cached mode), an open that asks for passthrough
+	// fails with EIO. So a file that became complete in the cache while
+	// still open the slow way goes on the slow way until those opens close.
+	mu          sync.Mutex
+	daemonOpens int // GUARDED_BY(mu): open handles not asking for passthrough
 }
 
 var (
@@ -283,16 +312,28 @@ func (f *inFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint3
 	if err != nil {
 		return nil, 0, ToErrno(f.fsys.log, "open", f.info.Key, err)
 	}
+	ih := &inHandle{fsys: f.fsys, file: f, key: f.info.Key, h: h}
+	f.mu.Lock()
+	if p, ok := h.(interface{ PassthroughFd() (int, bool) }); ok && f.daemonOpens == 0 {
+		ih.ptFd, ih.pt = p.PassthroughFd()
+	}
+	if !ih.pt {
+		f.daemonOpens++
+	}
+	f.mu.Unlock()
 	// The snapshot never changes under the mount, so the page cache stays
 	// valid across opens.
-	return &inHandle{fsys: f.fsys, key: f.info.Key, h: h}, fuse.FOPEN_KEEP_CACHE, 0
+	return ih, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // inHandle is one open input file.
 type inHandle struct {
 	fsys *inputFS
+	file *inFile
 	key  string
 	h    Handle
+	pt   bool // asks the kernel for passthrough on ptFd
+	ptFd int
 }
 
 var (
@@ -310,20 +351,21 @@ func (h *inHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 }
 
 func (h *inHandle) Release(ctx context.Context) syscall.Errno {
+	if !h.pt {
+		h.file.mu.Lock()
+		h.file.daemonOpens--
+		h.file.mu.Unlock()
+	}
 	if err := h.h.Close(); err != nil {
 		return ToErrno(h.fsys.log, "release", h.key, err)
 	}
 	return 0
 }
 
-// PassthroughFd hands the kernel the Source's local file, when it has one,
-// so reads of a fully cached file never enter the daemon.
-func (h *inHandle) PassthroughFd() (int, bool) {
-	if p, ok := h.h.(interface{ PassthroughFd() (int, bool) }); ok {
-		return p.PassthroughFd()
-	}
-	return 0, false
-}
+// PassthroughFd hands the kernel the Source's local file, when it has one
+// and no open of this inode is served by the daemon, so reads of a fully
+// cached file never enter the daemon.
+func (h *inHandle) PassthroughFd() (int, bool) { return h.ptFd, h.pt }
 
 func fillAttr(info backends.ObjectInfo, a *fuse.Attr) {
 	if info.IsDir {
