@@ -1,0 +1,627 @@
+// Command cachebench measures mlfsd's read path against the OSS emulator
+// (`mlfsd emulate oss --ttfb 20ms --conn-bandwidth 100MB/s`), each figure a
+// ratio to a limit measured in the same run, reported per run and as the
+// median of the runs:
+//
+//   - warm: sequential read of a large file through the mount (a second
+//     mount on the same cache dir, so it also proves restart survival) ÷
+//     reading the cache file directly;
+//   - cold: sequential read of the same object through a mount with an empty
+//     cache ÷ an ideal parallel ranged reader of the emulator without FUSE;
+//   - epochs: many small files read in shuffled order by parallel readers,
+//     cold and then warm, each ÷ the same epoch on local disk;
+//   - the daemon's peak RSS (VmHWM) against --cache-memory + 256 MiB.
+//
+// Usage (as root, FUSE needs it):
+//
+//	go build -o /tmp/mlfsd ./cmd/mlfsd
+//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/oss"
+)
+
+type config struct {
+	mlfsd       string
+	work        string
+	runs        int
+	bigSize     int64
+	smallFiles  int
+	smallSize   int64
+	readers     int
+	ttfb        string
+	bandwidth   string
+	cacheMemory string
+	streams     int
+	chunk       int64
+	mountFlags  string
+	only        string
+	readAheadKB int
+}
+
+func main() {
+	var c config
+	var bigSize, smallSize, chunk string
+	flag.StringVar(&c.mlfsd, "mlfsd", "mlfsd", "the mlfsd binary to measure")
+	flag.StringVar(&c.work, "work", "/var/tmp/mlfsd-cachebench", "work directory (emulator data, cache dirs, mountpoints)")
+	flag.IntVar(&c.runs, "runs", 3, "runs; figures are reported per run and as medians")
+	flag.StringVar(&bigSize, "big-size", "1GiB", "size of the large object")
+	flag.IntVar(&c.smallFiles, "small-files", 10000, "number of small files")
+	flag.StringVar(&smallSize, "small-size", "100KiB", "size of each small file")
+	flag.IntVar(&c.readers, "readers", 8, "parallel readers of the small-file epochs")
+	flag.StringVar(&c.ttfb, "ttfb", "20ms", "emulator time to first byte")
+	flag.StringVar(&c.bandwidth, "conn-bandwidth", "100MB/s", "emulator bandwidth per connection")
+	flag.StringVar(&c.cacheMemory, "cache-memory", "512MiB", "the daemon's --cache-memory")
+	flag.IntVar(&c.streams, "ideal-streams", 16, "parallel ranged GETs of the ideal reader (the daemon's per-file bound)")
+	flag.StringVar(&chunk, "ideal-chunk", "8MiB", "range size of the ideal reader (the daemon's largest request)")
+	flag.StringVar(&c.mountFlags, "mount-flags", "", "extra flags for `mlfsd mount` (space-separated)")
+	flag.StringVar(&c.only, "only", "", "run only one part: big or small")
+	flag.IntVar(&c.readAheadKB, "read-ahead-kb", 0, "experiment: set the mount's /sys/class/bdi/*/read_ahead_kb after mounting (0: leave the kernel's)")
+	flag.Parse()
+	for _, p := range []struct {
+		s string
+		v *int64
+	}{{bigSize, &c.bigSize}, {smallSize, &c.smallSize}, {chunk, &c.chunk}} {
+		n, err := humanize.ParseBytes(p.s)
+		if err != nil {
+			fatal(err)
+		}
+		*p.v = int64(n)
+	}
+	if err := run(c); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "cachebench:", err)
+	os.Exit(1)
+}
+
+// result is one run's figures.
+type result struct {
+	ColdMBs, IdealMBs, ColdRatio    float64
+	WarmMBs, DirectMBs, WarmRatio   float64
+	WarmGETs                        int64 // emulator GETs during the warm read: must be 0
+	EpochColdS, EpochWarmS, EpochLS float64
+	EpochColdRatio, EpochWarmRatio  float64
+	PeakRSS                         int64
+}
+
+func run(c config) error {
+	emuRoot := filepath.Join(c.work, "emu")
+	if err := seed(c, emuRoot); err != nil {
+		return err
+	}
+	emu, err := startEmulator(c, emuRoot)
+	if err != nil {
+		return err
+	}
+	defer emu.stop()
+	os.Setenv("OSS_ACCESS_KEY_ID", "cachebench")
+	os.Setenv("OSS_ACCESS_KEY_SECRET", "cachebench")
+	ctx := context.Background()
+	u, _ := backends.ParseURI("oss://bench/big/")
+	ideal, err := oss.New(ctx, u, oss.Options{Endpoint: emu.endpoint}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer ideal.Close()
+	memLimit, _ := humanize.ParseBytes(c.cacheMemory)
+	rssBound := int64(memLimit) + 256<<20
+
+	var results []result
+	for r := range c.runs {
+		var res result
+		if c.only != "small" {
+			if err := benchBig(ctx, c, emu, ideal, &res); err != nil {
+				return err
+			}
+		}
+		if c.only != "big" {
+			if err := benchSmall(c, emu, emuRoot, r, &res); err != nil {
+				return err
+			}
+		}
+		b, _ := json.Marshal(res)
+		fmt.Printf("run %d: %s\n", r+1, b)
+		results = append(results, res)
+	}
+	report(c, results, rssBound)
+	return nil
+}
+
+// seed writes the emulator's data once (reused while the sizes match).
+func seed(c config, root string) error {
+	stamp := filepath.Join(root, fmt.Sprintf(".seeded-%d-%d-%d", c.bigSize, c.smallFiles, c.smallSize))
+	if _, err := os.Stat(stamp); err == nil {
+		return nil
+	}
+	os.RemoveAll(root)
+	fmt.Println("seeding", root)
+	r := rand.New(rand.NewPCG(1, 2))
+	fill := func(path string, size int64) error {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		w := bufio.NewWriterSize(f, 1<<20)
+		buf := make([]byte, 8)
+		for n := int64(0); n < size; n += 8 {
+			v := r.Uint64()
+			for i := range buf {
+				buf[i] = byte(v >> (8 * i))
+			}
+			w.Write(buf[:min(8, size-n)])
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		return f.Close()
+	}
+	if err := fill(filepath.Join(root, "bench", "big", "file.bin"), c.bigSize); err != nil {
+		return err
+	}
+	for i := range c.smallFiles {
+		if err := fill(smallPath(root, i), c.smallSize); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(stamp, nil, 0o644)
+}
+
+func smallPath(root string, i int) string {
+	return filepath.Join(root, "bench", "small", fmt.Sprintf("class%03d", i%100), fmt.Sprintf("img%05d.jpg", i))
+}
+
+type emulator struct {
+	cmd      *exec.Cmd
+	endpoint string
+}
+
+func startEmulator(c config, root string) (*emulator, error) {
+	cmd := exec.Command(c.mlfsd, "emulate", "oss", "--root", root, "--listen", "127.0.0.1:0",
+		"--ttfb", c.ttfb, "--conn-bandwidth", c.bandwidth)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(stderr)
+	re := regexp.MustCompile(`endpoint=(\S+)`)
+	for sc.Scan() {
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			go io.Copy(io.Discard, stderr)
+			return &emulator{cmd: cmd, endpoint: m[1]}, nil
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	return nil, errors.New("the emulator did not start")
+}
+
+func (e *emulator) stop() {
+	e.cmd.Process.Signal(syscall.SIGTERM)
+	e.cmd.Wait()
+}
+
+// gets returns the emulator's GetObject count.
+func (e *emulator) gets() int64 {
+	resp, err := http.Get(e.endpoint + "/_mlfsd/stats")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var st map[string]int64
+	json.NewDecoder(resp.Body).Decode(&st)
+	return st["GetObject"]
+}
+
+type mount struct {
+	cmd    *exec.Cmd
+	mnt    string
+	stderr *strings.Builder
+	done   chan error
+}
+
+func startMount(c config, emu *emulator, uri, cacheDir, mnt string) (*mount, error) {
+	os.MkdirAll(mnt, 0o755)
+	args := []string{"--cache-dir", cacheDir, "--cache-memory", c.cacheMemory, "--oss-endpoint", emu.endpoint}
+	args = append(args, "mount", "--read-only")
+	args = append(args, strings.Fields(c.mountFlags)...)
+	args = append(args, uri, mnt)
+	cmd := exec.Command(c.mlfsd, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	m := &mount{cmd: cmd, mnt: mnt, stderr: &stderr, done: make(chan error, 1)}
+	go func() { m.done <- cmd.Wait() }()
+	for deadline := time.Now().Add(30 * time.Second); !isMounted(mnt); {
+		select {
+		case err := <-m.done:
+			return nil, fmt.Errorf("mlfsd mount exited: %v: %s", err, &stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			m.stop()
+			return nil, fmt.Errorf("%s not mounted after 30s: %s", mnt, &stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c.readAheadKB > 0 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(mnt, &st); err != nil {
+			m.stop()
+			return nil, err
+		}
+		bdi := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", st.Dev>>8&0xfff, st.Dev&0xff|st.Dev>>12&0xfff00)
+		if err := os.WriteFile(bdi, []byte(strconv.Itoa(c.readAheadKB)), 0o644); err != nil {
+			m.stop()
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func isMounted(mnt string) bool {
+	data, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == mnt {
+			return true
+		}
+	}
+	return false
+}
+
+// peakRSS is the daemon's VmHWM so far, in bytes.
+func (m *mount) peakRSS() int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return -1
+}
+
+// stop unmounts (SIGTERM) and returns the daemon's peak RSS.
+func (m *mount) stop() int64 {
+	rss := m.peakRSS()
+	m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+	case <-time.After(60 * time.Second):
+		m.cmd.Process.Kill()
+		<-m.done
+	}
+	if isMounted(m.mnt) {
+		syscall.Unmount(m.mnt, syscall.MNT_DETACH)
+	}
+	return rss
+}
+
+// readSeq reads path from start to end in 1 MiB reads and returns MB/s.
+func readSeq(path string) (float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	start := time.Now()
+	var n int64
+	for {
+		m, err := f.Read(buf)
+		n += int64(m)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(start).Seconds() / 1e6, nil
+}
+
+// idealRead reads the object with c.streams parallel ranged GETs of
+// c.chunk bytes, into memory, and returns MB/s.
+func idealRead(ctx context.Context, c config, b backends.Backend, key string, size int64) (float64, error) {
+	start := time.Now()
+	offs := make(chan int64)
+	errc := make(chan error, c.streams)
+	var wg sync.WaitGroup
+	for range c.streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 1<<20)
+			for off := range offs {
+				r, err := b.Read(ctx, key, backends.ReadOptions{Offset: off, Length: min(c.chunk, size-off)})
+				if err != nil {
+					errc <- err
+					continue
+				}
+				for {
+					if _, err := io.ReadFull(r, buf); err != nil {
+						break
+					}
+				}
+				r.Close()
+			}
+		}()
+	}
+	for off := int64(0); off < size; off += c.chunk {
+		offs <- off
+	}
+	close(offs)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return 0, err
+	default:
+	}
+	return float64(size) / time.Since(start).Seconds() / 1e6, nil
+}
+
+// completeCacheFile waits until the cache dir holds a complete file of the
+// given size (the daemon completes a file read to its end in the
+// background) and returns its path.
+func completeCacheFile(dir string, size int64, wait time.Duration) (string, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		var found string
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && !strings.Contains(d.Name(), ".") {
+				if fi, err := d.Info(); err == nil && fi.Size() == size {
+					found = p
+				}
+			}
+			return nil
+		})
+		if found != "" {
+			return found, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no complete cache file of %d bytes in %s after %s", size, dir, wait)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func benchBig(ctx context.Context, c config, emu *emulator, ideal backends.Backend, res *result) error {
+	cacheDir := filepath.Join(c.work, "cache-big")
+	mnt := filepath.Join(c.work, "mnt-big")
+	os.RemoveAll(cacheDir)
+	uri := "oss://bench/big/"
+
+	// Cold: an empty cache, against the ideal reader measured just before
+	// and just after (their mean), so a change in the machine's load during
+	// the run weighs on both sides alike.
+	m, err := startMount(c, emu, uri, cacheDir, mnt)
+	if err != nil {
+		return err
+	}
+	before, err := idealRead(ctx, c, ideal, "file.bin", c.bigSize)
+	if err != nil {
+		m.stop()
+		return err
+	}
+	if res.ColdMBs, err = readSeq(filepath.Join(mnt, "file.bin")); err != nil {
+		m.stop()
+		return fmt.Errorf("cold read: %w", err)
+	}
+	after, err := idealRead(ctx, c, ideal, "file.bin", c.bigSize)
+	if err != nil {
+		m.stop()
+		return err
+	}
+	res.IdealMBs = (before + after) / 2
+	res.ColdRatio = res.ColdMBs / res.IdealMBs
+	cacheFile, err := completeCacheFile(cacheDir, c.bigSize, 5*time.Minute)
+	res.PeakRSS = max(res.PeakRSS, m.stop())
+	if err != nil {
+		return err
+	}
+
+	// Warm: a new daemon on the same cache dir (a restart).
+	m, err = startMount(c, emu, uri, cacheDir, mnt)
+	if err != nil {
+		return err
+	}
+	gets := emu.gets()
+	// Alternate mount and direct reads (both from the page cache, where
+	// per-read overheads show most) and take the median of adjacent pairs:
+	// memory bandwidth on a shared machine swings by several times.
+	var warm, direct, ratios []float64
+	for i := range 7 {
+		pair := [2]float64{}
+		for j, path := range []string{filepath.Join(mnt, "file.bin"), cacheFile} {
+			if i%2 == 1 {
+				j = 1 - j
+				path = map[int]string{0: filepath.Join(mnt, "file.bin"), 1: cacheFile}[j]
+			}
+			v, err := readSeq(path)
+			if err != nil {
+				m.stop()
+				return fmt.Errorf("warm read %s: %w", path, err)
+			}
+			pair[j] = v
+		}
+		warm, direct = append(warm, pair[0]), append(direct, pair[1])
+		ratios = append(ratios, pair[0]/pair[1])
+	}
+	res.WarmGETs = emu.gets() - gets
+	res.PeakRSS = max(res.PeakRSS, m.stop())
+	res.WarmMBs, res.DirectMBs = median(warm), median(direct)
+	res.WarmRatio = median(ratios)
+	return nil
+}
+
+// epoch reads files in the given order with c.readers parallel readers and
+// returns the elapsed seconds.
+func epoch(c config, files []string) (float64, error) {
+	start := time.Now()
+	next := make(chan string)
+	errc := make(chan error, c.readers)
+	var wg sync.WaitGroup
+	for range c.readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 256<<10)
+			for p := range next {
+				f, err := os.Open(p)
+				if err != nil {
+					errc <- err
+					continue
+				}
+				for {
+					if _, err := f.Read(buf); err != nil {
+						break
+					}
+				}
+				f.Close()
+			}
+		}()
+	}
+	for _, p := range files {
+		next <- p
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return 0, err
+	default:
+	}
+	return time.Since(start).Seconds(), nil
+}
+
+func benchSmall(c config, emu *emulator, emuRoot string, r int, res *result) error {
+	cacheDir := filepath.Join(c.work, "cache-small")
+	mnt := filepath.Join(c.work, "mnt-small")
+	os.RemoveAll(cacheDir)
+	m, err := startMount(c, emu, "oss://bench/small/", cacheDir, mnt)
+	if err != nil {
+		return err
+	}
+	defer func() { res.PeakRSS = max(res.PeakRSS, m.stop()) }()
+	// A loader lists its dataset, then reads it in a shuffled order.
+	var rel []string
+	err = filepath.WalkDir(mnt, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel = append(rel, strings.TrimPrefix(p, mnt+"/"))
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if len(rel) != c.smallFiles {
+		return fmt.Errorf("listed %d files through the mount, want %d", len(rel), c.smallFiles)
+	}
+	shuffle := func(seed uint64, root string) []string {
+		out := make([]string, len(rel))
+		for i, p := range rel {
+			out[i] = filepath.Join(root, p)
+		}
+		rnd := rand.New(rand.NewPCG(seed, uint64(r)))
+		rnd.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+		return out
+	}
+	if res.EpochColdS, err = epoch(c, shuffle(1, mnt)); err != nil {
+		return fmt.Errorf("cold epoch: %w", err)
+	}
+	// The local-disk limit reads the emulator's own files, in the order of
+	// the warm epoch, just before it.
+	local := filepath.Join(emuRoot, "bench", "small")
+	if res.EpochLS, err = epoch(c, shuffle(2, local)); err != nil {
+		return fmt.Errorf("local epoch: %w", err)
+	}
+	if res.EpochWarmS, err = epoch(c, shuffle(2, mnt)); err != nil {
+		return fmt.Errorf("warm epoch: %w", err)
+	}
+	res.EpochColdRatio = res.EpochLS / res.EpochColdS
+	res.EpochWarmRatio = res.EpochLS / res.EpochWarmS
+	return nil
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func report(c config, rs []result, rssBound int64) {
+	col := func(f func(result) float64) float64 {
+		var v []float64
+		for _, r := range rs {
+			v = append(v, f(r))
+		}
+		return median(v)
+	}
+	var peak int64
+	var warmGETs int64
+	for _, r := range rs {
+		peak = max(peak, r.PeakRSS)
+		warmGETs += r.WarmGETs
+	}
+	fmt.Printf("\nmedians of %d runs (emulator: ttfb %s, %s per connection; --cache-memory %s)\n", len(rs), c.ttfb, c.bandwidth, c.cacheMemory)
+	if c.only != "small" {
+		fmt.Printf("warm sequential %s: mount %.0f MB/s / cache file %.0f MB/s = %.2f (emulator GETs during warm reads: %d)\n",
+			humanize.IBytes(uint64(c.bigSize)), col(func(r result) float64 { return r.WarmMBs }), col(func(r result) float64 { return r.DirectMBs }),
+			col(func(r result) float64 { return r.WarmRatio }), warmGETs)
+		fmt.Printf("cold sequential %s: mount %.0f MB/s / ideal %d x %s ranged GETs %.0f MB/s = %.2f\n",
+			humanize.IBytes(uint64(c.bigSize)), col(func(r result) float64 { return r.ColdMBs }), c.streams, humanize.IBytes(uint64(c.chunk)),
+			col(func(r result) float64 { return r.IdealMBs }), col(func(r result) float64 { return r.ColdRatio }))
+	}
+	if c.only != "big" {
+		fmt.Printf("epoch of %d x %s files, %d readers, shuffled: local disk %.2fs; cold %.2fs (ratio %.2f); warm %.2fs (ratio %.2f)\n",
+			c.smallFiles, humanize.IBytes(uint64(c.smallSize)), c.readers, col(func(r result) float64 { return r.EpochLS }),
+			col(func(r result) float64 { return r.EpochColdS }), col(func(r result) float64 { return r.EpochColdRatio }),
+			col(func(r result) float64 { return r.EpochWarmS }), col(func(r result) float64 { return r.EpochWarmRatio }))
+	}
+	fmt.Printf("daemon peak RSS %s; bound --cache-memory + 256MiB = %s: %s\n", humanize.IBytes(uint64(peak)), humanize.IBytes(uint64(rssBound)),
+		map[bool]string{true: "within", false: "EXCEEDED"}[peak < rssBound])
+}

@@ -1,0 +1,377 @@
+package cache
+
+import (
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// errClosed fails reads that need a fetch after Close.
+var errClosed = errors.New("cache is closed")
+
+// flushEvery is how many newly written blocks trigger a background record of
+// the presence bitmap, so a crash loses little of what was fetched.
+const flushEvery = 64
+
+// entry is one (backend, key, version) in the cache.
+type entry struct {
+	c       *Cache
+	id      string
+	size    int64
+	nblocks int64
+	sem     *semaphore.Weighted // backend requests in flight for this object
+
+	// GUARDED_BY(c.mu):
+	pins       int
+	superseded bool          // another version of the key was opened since
+	opened     chan struct{} // closed once the first pinner opened the files
+	diskBytes  int64
+	atime      time.Time
+
+	flushMu sync.Mutex // serialises bitmap records and the final rename
+
+	mu          sync.Mutex
+	file        *os.File              // GUARDED_BY(mu): open while pinned, when there is a disk tier
+	direct      *os.File              // GUARDED_BY(mu): the .part opened O_DIRECT for writes, or nil
+	complete    bool                  // GUARDED_BY(mu): every block is in the complete file
+	present     bitmap                // GUARDED_BY(mu): blocks in .part (nil when complete)
+	npresent    int64                 // GUARDED_BY(mu)
+	inflight    map[int64]*blockFetch // GUARDED_BY(mu): the single flight of each block
+	writing     map[int64][]byte      // GUARDED_BY(mu): blocks queued for the disk tier
+	dirty       int                   // GUARDED_BY(mu): blocks marked since the last bitmap record
+	metaWritten bool                  // GUARDED_BY(mu): a .meta file may exist
+	flushing    bool                  // GUARDED_BY(mu): a background record is running
+}
+
+// source is what a fetch needs to read an object: the handle supplies it,
+// because entries loaded from disk know no backend until opened.
+type source struct {
+	b       backends.Backend
+	key     string
+	version string
+	// warm marks fetches nobody waits for yet: they may use free room in
+	// the disk tier but never evict for it.
+	warm bool
+	// background marks fetches whose point is the disk tier (completing a
+	// file): their blocks wait for room in the write queue instead of
+	// skipping the disk when it is busy.
+	background bool
+}
+
+// blockFetch is one block being fetched; readers wait on done, then use
+// data (or err). It is the single flight of that block.
+type blockFetch struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+func (c *Cache) newEntry(id string, size int64) *entry {
+	n := (size + c.opt.BlockSize - 1) / c.opt.BlockSize
+	return &entry{
+		c:        c,
+		id:       id,
+		size:     size,
+		nblocks:  n,
+		sem:      semaphore.NewWeighted(int64(c.opt.FileRequests)),
+		present:  newBitmap(n),
+		inflight: map[int64]*blockFetch{},
+		writing:  map[int64][]byte{},
+	}
+}
+
+func (e *entry) blockLen(i int64) int64 {
+	bs := e.c.opt.BlockSize
+	return min(bs, e.size-i*bs)
+}
+
+func (e *entry) dirtyBlocks() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.dirty
+}
+
+// ensure starts fetches for the blocks in [first, last] that are neither on
+// disk, nor in flight, nor (when checkMem) in memory, in ranged reads of at
+// most reqBlocks blocks. It returns the fetches it started. The caller holds
+// a pin.
+func (e *entry) ensure(src source, first, last, reqBlocks int64, checkMem bool) []*blockFetch {
+	last = min(last, e.nblocks-1)
+	type run struct {
+		first   int64
+		fetches []*blockFetch
+	}
+	var runs []run
+	var started []*blockFetch
+	e.mu.Lock()
+	if e.complete {
+		e.mu.Unlock()
+		return nil
+	}
+	for i := first; i <= last; i++ {
+		skip := e.present.has(i) || e.inflight[i] != nil || e.writing[i] != nil
+		if !skip && checkMem {
+			_, skip = e.c.memGet(e.c.blockKey(e.id, i))
+		}
+		if skip {
+			continue
+		}
+		f := &blockFetch{done: make(chan struct{})}
+		e.inflight[i] = f
+		started = append(started, f)
+		if n := len(runs); n > 0 && runs[n-1].first+int64(len(runs[n-1].fetches)) == i &&
+			int64(len(runs[n-1].fetches)) < reqBlocks {
+			runs[n-1].fetches = append(runs[n-1].fetches, f)
+		} else {
+			runs = append(runs, run{first: i, fetches: []*blockFetch{f}})
+		}
+	}
+	e.mu.Unlock()
+	for _, r := range runs {
+		e.startFetch(src, r.first, r.fetches)
+	}
+	return started
+}
+
+// startFetch reads blocks first.. (one per fetch) in one ranged read, in the
+// background, under the per-object and cache-wide request bounds.
+func (e *entry) startFetch(src source, first int64, fetches []*blockFetch) {
+	c := e.c
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		for i, f := range fetches {
+			e.finishBlock(first+int64(i), f, nil, errClosed, src)
+		}
+		return
+	}
+	e.pins++
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		defer c.release(e)
+		err := e.sem.Acquire(c.ctx, 1)
+		if err == nil {
+			err = c.total.Acquire(c.ctx, 1)
+			if err != nil {
+				e.sem.Release(1)
+			}
+		}
+		if err != nil {
+			for i, f := range fetches {
+				e.finishBlock(first+int64(i), f, nil, err, src)
+			}
+			return
+		}
+		e.fetch(src, first, fetches)
+		c.total.Release(1)
+		e.sem.Release(1)
+	}()
+}
+
+func (e *entry) fetch(src source, first int64, fetches []*blockFetch) {
+	c := e.c
+	bs := c.opt.BlockSize
+	off := first * bs
+	length := min(int64(len(fetches))*bs, e.size-off)
+	c.stats.backendRequests.Add(1)
+	r, err := src.b.Read(c.ctx, src.key, backends.ReadOptions{Offset: off, Length: length, IfVersion: src.version})
+	if r != nil {
+		defer r.Close()
+	}
+	for i, f := range fetches {
+		bi := first + int64(i)
+		var buf []byte
+		if err == nil {
+			buf = make([]byte, e.blockLen(bi))
+			var n int
+			n, err = io.ReadFull(r, buf)
+			c.stats.backendBytes.Add(int64(n))
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				// Shorter than its listing said: it changed under us.
+				err = backends.Wrap("read", src.key, backends.ErrVersionMismatch, err)
+			}
+		}
+		if err != nil {
+			e.finishBlock(bi, f, nil, err, src)
+			continue
+		}
+		e.finishBlock(bi, f, buf, nil, src)
+	}
+}
+
+// finishBlock publishes a fetched block: it wakes the readers waiting for
+// it, keeps it in memory until read, and queues it for the disk tier. The
+// disk write happens behind the reader: a slow or busy disk never slows a
+// fetch; when the write queue is full the block is simply not kept on disk.
+func (e *entry) finishBlock(bi int64, f *blockFetch, buf []byte, err error, src source) {
+	c := e.c
+	if err != nil {
+		e.mu.Lock()
+		delete(e.inflight, bi)
+		f.err = err
+		close(f.done)
+		e.mu.Unlock()
+		return
+	}
+	c.keepInMemory(c.blockKey(e.id, bi), buf)
+	n := int64(len(buf))
+	held := src.background && c.writeQueue.Acquire(c.ctx, n) == nil
+	e.mu.Lock()
+	queue := e.file != nil && !e.complete && (held || c.writeQueue.TryAcquire(n))
+	if queue {
+		e.writing[bi] = buf
+	}
+	delete(e.inflight, bi)
+	f.data = buf
+	close(f.done)
+	e.mu.Unlock()
+	if !queue {
+		if held {
+			c.writeQueue.Release(n)
+		}
+		return
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		e.mu.Lock()
+		delete(e.writing, bi)
+		e.mu.Unlock()
+		c.writeQueue.Release(n)
+		return
+	}
+	e.pins++
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		defer c.release(e)
+		e.writeBlock(bi, buf, !src.warm)
+		c.writeQueue.Release(n)
+	}()
+}
+
+// writeBlock stores a block in the disk tier (when the bounds allow) and
+// marks it present; the caller holds a pin.
+func (e *entry) writeBlock(bi int64, buf []byte, mayEvict bool) {
+	c := e.c
+	n := int64(len(buf))
+	e.mu.Lock()
+	file, direct := e.file, e.direct
+	e.mu.Unlock()
+	if direct != nil && directOK(buf) {
+		file = direct
+	}
+	wrote := false
+	if c.reserve(e, n, mayEvict) {
+		if _, err := file.WriteAt(buf, bi*c.opt.BlockSize); err != nil {
+			c.unreserve(e, n)
+			c.log.Warn("cache: writing block", "id", e.id, "block", bi, "err", err)
+		} else {
+			wrote = true
+		}
+	}
+	e.mu.Lock()
+	delete(e.writing, bi)
+	if wrote && !e.complete && !e.present.has(bi) {
+		e.present.set(bi)
+		e.npresent++
+		e.dirty++
+	}
+	full := !e.complete && e.npresent == e.nblocks
+	flush := !full && e.dirty >= flushEvery && !e.flushing
+	if flush {
+		e.flushing = true
+	}
+	e.mu.Unlock()
+	if full {
+		e.maybeComplete()
+	}
+	if flush {
+		if err := e.flush(); err != nil {
+			c.log.Warn("cache: recording cached blocks", "id", e.id, "err", err)
+		}
+		e.mu.Lock()
+		e.flushing = false
+		e.mu.Unlock()
+	}
+}
+
+// directOK reports whether buf can be written with O_DIRECT: its address
+// and length aligned to 4096 (Go places large allocations, such as our
+// blocks, on page boundaries; the last block of an object is usually short).
+func directOK(buf []byte) bool {
+	return len(buf) > 0 && len(buf)%4096 == 0 && uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%4096 == 0
+}
+
+// flush records the presence bitmap: data first (fdatasync), then the
+// bitmap (atomically), so it never claims a block that is not durable.
+// The caller holds a pin.
+func (e *entry) flush() error {
+	e.flushMu.Lock()
+	defer e.flushMu.Unlock()
+	e.mu.Lock()
+	if e.complete || e.dirty == 0 || e.file == nil {
+		e.mu.Unlock()
+		return nil
+	}
+	bm := append(bitmap(nil), e.present...)
+	e.dirty = 0
+	file := e.file
+	e.mu.Unlock()
+	if err := syscall.Fdatasync(int(file.Fd())); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(e.c.metaPath(e.id), encodeMeta(e.size, e.c.opt.BlockSize, bm)); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.metaWritten = true
+	e.mu.Unlock()
+	return nil
+}
+
+// maybeComplete turns a .part holding every block into the complete file,
+// which later opens hand to the kernel for passthrough. The caller holds a
+// pin.
+func (e *entry) maybeComplete() {
+	e.flushMu.Lock()
+	defer e.flushMu.Unlock()
+	e.mu.Lock()
+	if e.complete || e.npresent < e.nblocks || e.file == nil {
+		e.mu.Unlock()
+		return
+	}
+	file := e.file
+	e.mu.Unlock()
+	c := e.c
+	err := syscall.Fdatasync(int(file.Fd()))
+	if err == nil {
+		err = os.Rename(c.partPath(e.id), c.completePath(e.id))
+	}
+	if err != nil {
+		c.log.Warn("cache: completing file", "id", e.id, "err", err)
+		return
+	}
+	e.mu.Lock()
+	hadMeta := e.metaWritten
+	e.mu.Unlock()
+	if hadMeta {
+		os.Remove(c.metaPath(e.id))
+	}
+	e.mu.Lock()
+	e.complete = true
+	e.present = nil
+	e.dirty = 0
+	e.mu.Unlock()
+}

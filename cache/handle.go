@@ -1,0 +1,215 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// handle is one open object. It implements fs.Handle and, for a file
+// complete on disk at open, PassthroughFd.
+type handle struct {
+	c   *Cache
+	e   *entry
+	src source
+	// ptFd is the complete file's fd (the entry's, open while we hold our
+	// pin), offered for passthrough; -1 otherwise.
+	ptFd int
+
+	mu     sync.Mutex
+	next   int64 // GUARDED_BY(mu): where a sequential stream reads next
+	window int64 // GUARDED_BY(mu): readahead window; 0 = random access
+	ahead  int64 // GUARDED_BY(mu): readahead has been sent for blocks below this
+	misses int   // GUARDED_BY(mu): reads in a row outside the stream
+	closed bool  // GUARDED_BY(mu)
+}
+
+// PassthroughFd offers the kernel the complete cache file, so reads of it
+// never enter the daemon. The fd stays open until Close.
+func (h *handle) PassthroughFd() (int, bool) {
+	if h.ptFd < 0 {
+		return -1, false
+	}
+	h.c.stats.passthroughOpens.Add(1)
+	return h.ptFd, true
+}
+
+// ReadAt implements fs.Handle.
+func (h *handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	h.c.stats.reads.Add(1)
+	size := h.e.size
+	if off < 0 {
+		return 0, fmt.Errorf("read at negative offset %d", off)
+	}
+	if off >= size {
+		return 0, io.EOF
+	}
+	end := min(off+int64(len(p)), size)
+	h.readahead(off, end)
+	bs := h.c.opt.BlockSize
+	n := 0
+	for pos := off; pos < end; {
+		bi := pos / bs
+		boff := pos - bi*bs
+		lim := min(end-pos, bs-boff)
+		m, err := h.readBlock(ctx, bi, p[n:n+int(lim)], boff)
+		n += m
+		pos += int64(m)
+		if err != nil {
+			return n, err
+		}
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// readahead classifies the read as sequential (close to where the last one
+// ended) or random, grows or resets the window, and starts the fetches the
+// read and its window need.
+func (h *handle) readahead(off, end int64) {
+	o := &h.c.opt
+	// The kernel's readahead sends several reads at once, which arrive a
+	// little out of order: a stream tolerates that much.
+	tol := max(8*o.BlockSize, 8*MiB)
+	h.mu.Lock()
+	if off <= h.next+tol && off+tol >= h.next {
+		h.misses = 0
+		h.window = min(max(2*h.window, o.MinWindow), o.MaxWindow)
+		h.next = max(h.next, end)
+	} else {
+		h.c.stats.randomReads.Add(1)
+		// One stray read (a header, an index at the end) does not end a
+		// stream; two in a row do.
+		h.misses++
+		if h.misses >= 2 {
+			h.window, h.ahead, h.next = 0, 0, end
+		}
+		h.mu.Unlock()
+		bs := o.BlockSize
+		h.e.ensure(h.src, off/bs, (end-1)/bs, 1, false)
+		return
+	}
+	win := h.window
+	h.mu.Unlock()
+
+	bs := o.BlockSize
+	first, last := off/bs, (end-1)/bs
+	// Small requests while the window is small (a low time to first byte),
+	// larger ones as it grows (fewer round trips). New requests are only
+	// sent a whole request at a time, so the window's edge creeping forward
+	// by one kernel read does not become a stream of one-block requests.
+	req := min(max(win/4, bs), o.MaxRequestBytes) / bs
+	edge := min((end-1+win)/bs, h.e.nblocks-1)
+	h.mu.Lock()
+	from := max(h.ahead, first)
+	issue := edge-from+1 >= req || edge == h.e.nblocks-1 && from <= edge
+	if issue {
+		h.ahead = edge + 1
+	}
+	h.mu.Unlock()
+	// The blocks this read needs come first, whatever the window does.
+	h.e.ensure(h.src, first, last, req, true)
+	if issue {
+		h.e.ensure(h.src, from, edge, req, true)
+	}
+}
+
+// readBlock copies block bi from offset boff into p (len(p) <= what the
+// block holds from boff): from memory, from disk, from a fetch in flight,
+// or by fetching it.
+func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) (int, error) {
+	c, e := h.c, h.e
+	for attempt := 0; attempt < 4; attempt++ {
+		key := c.blockKey(e.id, bi)
+		if data, ok := c.memGet(key); ok && int64(len(data)) == e.blockLen(bi) {
+			c.stats.memoryHits.Add(1)
+			n := copy(p, data[boff:])
+			if boff+int64(n) == int64(len(data)) {
+				// Read to its end: it leaves the ready buffer for the
+				// ristretto tier, which keeps it if it is worth keeping.
+				if d, ok := c.ready.take(key); ok {
+					c.memSet(key, d)
+				}
+			}
+			return n, nil
+		}
+		e.mu.Lock()
+		if (e.complete || e.present.has(bi)) && e.file != nil {
+			file := e.file
+			e.mu.Unlock()
+			// The file stays open: we hold a pin.
+			n, err := file.ReadAt(p, bi*c.opt.BlockSize+boff)
+			if err == io.EOF && n == len(p) {
+				err = nil
+			}
+			if err != nil {
+				return n, fmt.Errorf("cache file %s: %w", e.id, err)
+			}
+			c.stats.diskHits.Add(1)
+			return n, nil
+		}
+		if w := e.writing[bi]; w != nil {
+			e.mu.Unlock()
+			c.stats.memoryHits.Add(1)
+			return copy(p, w[boff:]), nil
+		}
+		f := e.inflight[bi]
+		e.mu.Unlock()
+		if f == nil {
+			// Neither kept nor in flight (the memory tier dropped it, the
+			// disk tier had no room, or its fetch failed): fetch this
+			// block alone, and wait for that fetch (its error is ours).
+			fs := e.ensure(h.src, bi, bi, 1, false)
+			if len(fs) == 0 {
+				continue // someone else is fetching it, or it just arrived
+			}
+			f = fs[0]
+		}
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		if f.err != nil {
+			return 0, f.err
+		}
+		c.stats.fetchWaits.Add(1)
+		return copy(p, f.data[boff:]), nil
+	}
+	return 0, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
+}
+
+// Close implements fs.Handle: it unpins the entry (so it may be evicted
+// again), or hands the pin to a background completion of the disk copy.
+func (h *handle) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	h.mu.Unlock()
+	h.e.mu.Lock()
+	complete := h.e.complete
+	h.e.mu.Unlock()
+	h.mu.Lock()
+	readToEnd := h.next >= h.e.size && h.window > 0
+	h.mu.Unlock()
+	if readToEnd && !complete && h.c.opt.Dir != "" {
+		// Read through to the end but not all on disk: complete it in the
+		// background (our pin passes to that work).
+		h.c.completeLater(h.e, h.src)
+	} else {
+		h.c.release(h.e)
+	}
+	return nil
+}
+
+// emptyHandle reads an empty object; there is nothing to cache.
+type emptyHandle struct{}
+
+func (emptyHandle) ReadAt(context.Context, []byte, int64) (int, error) { return 0, io.EOF }
+func (emptyHandle) Close() error                                       { return nil }

@@ -1,0 +1,276 @@
+package cache
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Disk layout, under Options.Dir:
+//
+//	v1/<id[:2]>/<id>        a complete object (its bytes, exactly Size long)
+//	v1/<id[:2]>/<id>.part   a sparse file of Size bytes, some blocks present
+//	v1/<id[:2]>/<id>.meta   which blocks of <id>.part are present
+//
+// id = <hash(backend ID, key)>-<hash(version)>, so every version of one key
+// shares a prefix (older versions are found and dropped) and a changed object
+// can never be read from an older version's file.
+//
+// Eviction is least recently used, by whole object; across a restart the
+// order comes from the files' mtimes (when they were last written).
+//
+// Crash safety: a block is marked in .meta only after .part was fdatasync'd
+// with it, and a .part becomes <id> (by rename) only after fdatasync. So
+// after any crash, what the index says is present is present; at worst some
+// written blocks are fetched again.
+const layoutVersion = "v1"
+
+const (
+	partSuffix = ".part"
+	metaSuffix = ".meta"
+	tmpSuffix  = ".tmp"
+	metaMagic  = "MLFSDC1\n"
+)
+
+// objectID names one (backend, key, version).
+func objectID(backendID, key, version string) string {
+	kh := sha256.Sum256([]byte(backendID + "\x00" + key))
+	vh := sha256.Sum256([]byte(version))
+	return hex.EncodeToString(kh[:16]) + "-" + hex.EncodeToString(vh[:8])
+}
+
+// validID reports whether name has the shape objectID gives.
+func validID(name string) bool {
+	if len(name) != 32+1+16 || name[32] != '-' {
+		return false
+	}
+	for i, r := range name {
+		if i != 32 && !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// keyPrefix is the part of an id shared by every version of one key.
+func keyPrefix(id string) string {
+	i := strings.IndexByte(id, '-')
+	if i < 0 {
+		return id
+	}
+	return id[:i]
+}
+
+func (c *Cache) dirOf(id string) string { return filepath.Join(c.opt.Dir, layoutVersion, id[:2]) }
+
+func (c *Cache) completePath(id string) string { return filepath.Join(c.dirOf(id), id) }
+
+func (c *Cache) partPath(id string) string { return c.completePath(id) + partSuffix }
+
+func (c *Cache) metaPath(id string) string { return c.completePath(id) + metaSuffix }
+
+// bitmap records which blocks are present.
+type bitmap []uint64
+
+func newBitmap(n int64) bitmap { return make(bitmap, (n+63)/64) }
+
+func (b bitmap) has(i int64) bool { return b[i/64]&(1<<(uint(i)%64)) != 0 }
+
+func (b bitmap) set(i int64) { b[i/64] |= 1 << (uint(i) % 64) }
+
+func (b bitmap) count() int64 {
+	var n int
+	for _, w := range b {
+		n += bits.OnesCount64(w)
+	}
+	return int64(n)
+}
+
+// encodeMeta serialises a .meta file: magic, size, block size, bitmap.
+func encodeMeta(size, blockSize int64, bm bitmap) []byte {
+	buf := make([]byte, 0, len(metaMagic)+16+8*len(bm))
+	buf = append(buf, metaMagic...)
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(size))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(blockSize))
+	for _, w := range bm {
+		buf = binary.LittleEndian.AppendUint64(buf, w)
+	}
+	return buf
+}
+
+func decodeMeta(buf []byte, blockSize int64) (size int64, bm bitmap, err error) {
+	if len(buf) < len(metaMagic)+16 || string(buf[:len(metaMagic)]) != metaMagic {
+		return 0, nil, errors.New("not a cache metadata file")
+	}
+	buf = buf[len(metaMagic):]
+	size = int64(binary.LittleEndian.Uint64(buf))
+	bs := int64(binary.LittleEndian.Uint64(buf[8:]))
+	buf = buf[16:]
+	if bs != blockSize {
+		return 0, nil, fmt.Errorf("block size %d, want %d", bs, blockSize)
+	}
+	if size < 0 {
+		return 0, nil, fmt.Errorf("bad size %d", size)
+	}
+	n := (size + bs - 1) / bs
+	bm = newBitmap(n)
+	if len(buf) != 8*len(bm) {
+		return 0, nil, errors.New("truncated bitmap")
+	}
+	for i := range bm {
+		bm[i] = binary.LittleEndian.Uint64(buf[8*i:])
+	}
+	return size, bm, nil
+}
+
+// writeFileAtomic writes data to path through a synced temporary file and a
+// rename, so readers see the old content or the new, never a mix.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := path + tmpSuffix
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// ErrDirBusy means another process (or Cache) is using the cache directory.
+// Two writers of one disk tier would corrupt each other's accounting.
+var ErrDirBusy = errors.New("cache directory is in use by another mlfsd")
+
+// lockDir takes the exclusive lock on a cache directory (creating it).
+func lockDir(dir string) (*os.File, error) {
+	root := filepath.Join(dir, layoutVersion)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("cache dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(root, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cache dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s: %w", dir, ErrDirBusy)
+		}
+		return nil, fmt.Errorf("cache dir %s: lock: %w", dir, err)
+	}
+	return f, nil
+}
+
+// scanned is one object found on disk at startup.
+type scanned struct {
+	id        string
+	size      int64
+	complete  bool
+	present   bitmap // nil when complete
+	diskBytes int64
+	atime     time.Time
+}
+
+// scanDir indexes the disk tier left by an earlier run, removing whatever
+// cannot be trusted (temporaries, parts without metadata and vice versa,
+// metadata that does not parse).
+func (c *Cache) scanDir() ([]scanned, error) {
+	root := filepath.Join(c.opt.Dir, layoutVersion)
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("cache dir: %w", err)
+	}
+	var out []scanned
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		name := d.Name()
+		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, tmpSuffix), metaSuffix), partSuffix), tmpSuffix)
+		if !validID(base) || filepath.Base(filepath.Dir(path)) != base[:2] {
+			return nil // not ours (the lock file, or something a person put here)
+		}
+		switch {
+		case strings.HasSuffix(name, tmpSuffix):
+			os.Remove(path)
+		case strings.HasSuffix(name, metaSuffix):
+			if _, err := os.Stat(strings.TrimSuffix(path, metaSuffix) + partSuffix); err != nil {
+				os.Remove(path)
+			}
+		case strings.HasSuffix(name, partSuffix):
+			id := strings.TrimSuffix(name, partSuffix)
+			s, ok := c.loadPart(path, id)
+			if !ok {
+				os.Remove(path)
+				os.Remove(strings.TrimSuffix(path, partSuffix) + metaSuffix)
+				return nil
+			}
+			out = append(out, s)
+		default:
+			st, err := os.Stat(path)
+			if err != nil {
+				return nil
+			}
+			out = append(out, scanned{id: name, size: st.Size(), complete: true,
+				diskBytes: diskUsage(st), atime: st.ModTime()})
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (c *Cache) loadPart(path, id string) (scanned, bool) {
+	metaPath := strings.TrimSuffix(path, partSuffix) + metaSuffix
+	buf, err := os.ReadFile(metaPath)
+	if err != nil {
+		return scanned{}, false
+	}
+	size, bm, err := decodeMeta(buf, c.opt.BlockSize)
+	if err != nil {
+		c.log.Warn("cache: dropping unreadable metadata", "path", metaPath, "err", err)
+		return scanned{}, false
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Size() != size {
+		return scanned{}, false
+	}
+	return scanned{id: id, size: size, present: bm, diskBytes: diskUsage(st), atime: st.ModTime()}, true
+}
+
+// diskUsage is the space a file really takes (sparse files take less).
+func diskUsage(st os.FileInfo) int64 {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return s.Blocks * 512
+	}
+	return st.Size()
+}
+
+// freeBytes reports the space available to us on the filesystem of dir.
+func freeBytes(dir string) (int64, error) {
+	var s syscall.Statfs_t
+	if err := syscall.Statfs(dir, &s); err != nil {
+		return 0, err
+	}
+	return int64(s.Bavail) * int64(s.Bsize), nil
+}
