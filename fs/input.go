@@ -23,6 +23,12 @@ import (
 // and failed lookups may be cached by the kernel for as long as the job runs.
 const inputCacheTimeout = time.Hour
 
+// inputReadAheadKB is the kernel readahead of input mounts. Measured with
+// cache/cachebench (cold 1 GiB over ossemu --ttfb 20ms --conn-bandwidth
+// 100MB/s, 2 cores): 128 KiB (kernel default) 0.51 of the ideal reader,
+// 16 MiB 0.61, 64 MiB 0.57.
+const inputReadAheadKB = 16 << 10
+
 // InputOptions configure a read-only input tree.
 type InputOptions struct {
 	// Source opens file contents; nil reads the backend directly.
@@ -118,6 +124,9 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 	}
 	if mopt.FSName == "" {
 		mopt.FSName = b.ID()
+	}
+	if mopt.ReadAheadKB == 0 {
+		mopt.ReadAheadKB = inputReadAheadKB
 	}
 	if mopt.Log == nil {
 		mopt.Log = opt.Log

@@ -148,6 +148,20 @@ func TestInputLargeFileReads(t *testing.T) {
 	}
 }
 
+func TestInputReadAhead(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644)
+	srv, err := mfs.MountInput(t.TempDir(), newNAS(t, src), mfs.InputOptions{}, mfs.MountOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Unmount()
+	kb, err := srv.ReadAheadKB()
+	if err != nil || kb != 16<<10 {
+		t.Fatalf("input mount readahead = %d KiB, %v; want 16384", kb, err)
+	}
+}
+
 func TestInputSingleObject(t *testing.T) {
 	src := t.TempDir()
 	if err := os.WriteFile(filepath.Join(src, "train.csv"), []byte("a,b\n1,2\n"), 0o644); err != nil {

@@ -28,6 +28,12 @@ type MountOptions struct {
 	// Log receives diagnostics; nil discards them.
 	Log *slog.Logger
 
+	// ReadAheadKB, when set, is written to the mount's backing-device
+	// read_ahead_kb. FUSE mounts start at the kernel default (128 KiB); a
+	// deep readahead lets the kernel send large reads ahead of a sequential
+	// reader, which roughly halves the daemon's CPU per byte on cold reads.
+	ReadAheadKB int
+
 	// EntryTimeout, AttrTimeout and NegativeTimeout tell the kernel how long
 	// it may cache names, attributes and failed lookups. Zero values take
 	// the defaults of the tree being mounted.
@@ -143,7 +149,39 @@ func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Serve
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", fsname, mountpoint, err)
 	}
+	if opt.ReadAheadKB > 0 {
+		if err := setReadAhead(mountpoint, opt.ReadAheadKB); err != nil {
+			// A tuning, not a requirement: the mount works without it.
+			log.Warn("could not set readahead", "mountpoint", mountpoint, "err", err)
+		}
+	}
 	return &Server{server: server, mountpoint: mountpoint, log: log}, nil
+}
+
+// setReadAhead writes kb to the read_ahead_kb of the mount's bdi, which
+// sysfs names after the mount's device number.
+func setReadAhead(mountpoint string, kb int) error {
+	var st unix.Stat_t
+	if err := unix.Stat(mountpoint, &st); err != nil {
+		return err
+	}
+	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	return os.WriteFile(p, []byte(fmt.Sprintf("%d\n", kb)), 0o644)
+}
+
+// ReadAheadKB returns the read_ahead_kb in force on the mount.
+func (m *Server) ReadAheadKB() (int, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(m.mountpoint, &st); err != nil {
+		return 0, err
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		return 0, err
+	}
+	var kb int
+	_, err = fmt.Sscanf(string(data), "%d", &kb)
+	return kb, err
 }
 
 // Mountpoint returns where the mount is.

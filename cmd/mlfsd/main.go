@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -29,6 +30,8 @@ type app struct {
 	stdout, stderr io.Writer
 	logLevel       string
 	logFormat      string
+	cpuProfile     string
+	stopProfile    func()
 	log            *slog.Logger
 	backends       all.Options
 	cache          cacheConfig  // cache.go
@@ -83,12 +86,14 @@ func newRootCmd(a *app) *cobra.Command {
 				return err
 			}
 			a.log = l
-			return nil
+			return a.startProfile()
 		},
+		PersistentPostRun: func(*cobra.Command, []string) { a.stopProfile() },
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
+	pf.StringVar(&a.cpuProfile, "cpuprofile", "", "write a Go CPU profile to this file (for performance work)")
 	addBackendFlags(pf, &a.backends)
 	addCacheFlags(pf, &a.cache)
 	addOutputFlags(pf, &a.output)
@@ -102,6 +107,24 @@ func newRootCmd(a *app) *cobra.Command {
 		newBenchCmd(a),
 	)
 	return root
+}
+
+// startProfile starts the CPU profile asked for with --cpuprofile.
+func (a *app) startProfile() error {
+	a.stopProfile = func() {}
+	if a.cpuProfile == "" {
+		return nil
+	}
+	f, err := os.Create(a.cpuProfile)
+	if err != nil {
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--cpuprofile: %w", err)
+	}
+	a.stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
+	return nil
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
