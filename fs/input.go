@@ -348,6 +348,7 @@ type inHandle struct {
 var (
 	_ = (gofs.FileReader)((*inHandle)(nil))
 	_ = (gofs.FileReleaser)((*inHandle)(nil))
+	_ = (gofs.FileFlusher)((*inHandle)(nil))
 	_ = (gofs.FilePassthroughFder)((*inHandle)(nil))
 )
 
@@ -358,6 +359,13 @@ func (h *inHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
+
+// Flush answers ENOSYS, the FUSE protocol's "never send this again": a
+// read-only file has nothing to flush, and the kernel otherwise makes every
+// close(2) wait for a round trip to the daemon. The input tree has its own
+// FUSE connection, so output mounts keep their flushes. Measured warm epoch
+// over 10,000 small files: 0.90 s with FLUSH, 0.59 s without.
+func (h *inHandle) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
 
 func (h *inHandle) Release(ctx context.Context) syscall.Errno {
 	if !h.pt {
