@@ -57,6 +57,13 @@ type Server struct {
 // CheckMountpoint refuses a mountpoint we should not mount on: missing, not
 // a directory, not empty, or a stale mount left by a dead daemon.
 func CheckMountpoint(path string) error {
+	// statfs is never answered from the kernel's attribute cache, so unlike
+	// stat it sees a dead FUSE daemon even when the root's attributes are
+	// cached (input mounts cache them for an hour).
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(path, &sfs); errors.Is(err, syscall.ENOTCONN) {
+		return fmt.Errorf("mountpoint %s is a stale FUSE mount (its daemon died); run `umount -l %s` first", path, path)
+	}
 	st, err := os.Stat(path)
 	switch {
 	case errors.Is(err, syscall.ENOTCONN):

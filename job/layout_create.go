@@ -29,7 +29,7 @@ func (c *created) mkdir(dir string) error {
 			break
 		}
 		if errors.Is(err, syscall.ENOTCONN) {
-			return fmt.Errorf("%s is a stale FUSE mount (its daemon died); run `umount -l %s` first", d, d)
+			return staleMount(d)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return err
@@ -106,6 +106,11 @@ func (c *created) undo(keep map[string]bool) error {
 // would make them invisible to the job and look like data loss.
 func checkEmptyDir(dir string) error {
 	f, err := os.Open(dir)
+	if errors.Is(err, syscall.ENOTCONN) {
+		// Its attributes may be cached, so only opening it shows the
+		// daemon is gone.
+		return staleMount(dir)
+	}
 	if err != nil {
 		return err
 	}
@@ -118,4 +123,9 @@ func checkEmptyDir(dir string) error {
 		return fmt.Errorf("mountpoint %s: %w", dir, err)
 	}
 	return nil
+}
+
+// staleMount is the error for a directory whose FUSE daemon died.
+func staleMount(dir string) error {
+	return fmt.Errorf("%s is a stale FUSE mount (its daemon died); run `umount -l %s` first", dir, dir)
 }
