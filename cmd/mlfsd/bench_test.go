@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/mlfsd/mlfsd/bench"
 )
@@ -141,24 +138,11 @@ func checkPNG(t *testing.T, path string) {
 func TestBenchOnFUSEMount(t *testing.T) {
 	dir := benchPrepare(t)
 	mnt := t.TempDir()
-	cmd := mlfsdCmd(t, "--cache-dir", t.TempDir(), "mount", "--read-only", "nas://"+dir+"/", mnt)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if isMounted(t, mnt) {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
-	waitMounted(t, mnt, cmd, &stderr)
+	d := startDaemon(t, mlfsdCmd(t, "--cache-dir", t.TempDir(), "mount", "--read-only", "nas://"+dir+"/", mnt), mnt)
 
 	code, out, errs := runMlfsd(t, "bench", "run", mnt, "--json", "--cache", "warm", "--runs", "1", "--threads", "4", "--random-ops", "100")
 	if code != 0 {
-		t.Fatalf("bench run on the mount: exit %d\n%s\nmount stderr:\n%s", code, errs, &stderr)
+		t.Fatalf("bench run on the mount: exit %d\n%s\nmount stderr:\n%s", code, errs, d.stderr)
 	}
 	var rep bench.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -191,14 +175,7 @@ func TestBenchOnFUSEMount(t *testing.T) {
 		}
 	}
 
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("mlfsd mount exited with %v; stderr:\n%s", err, &stderr)
-		}
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("mlfsd mount did not exit after SIGTERM; stderr:\n%s", &stderr)
+	if err := d.stop(t); err != nil {
+		t.Fatalf("mlfsd mount exited with %v; stderr:\n%s", err, d.stderr)
 	}
 }

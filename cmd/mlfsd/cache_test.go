@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,8 +19,15 @@ import (
 type cacheMount struct {
 	t      *testing.T
 	mnt    string
-	stderr *bytes.Buffer
-	stop   func() // SIGTERM and wait; idempotent
+	d      *daemon
+	stderr *syncBuffer
+}
+
+// stop unmounts with SIGTERM and checks a clean exit; it may be called again.
+func (m *cacheMount) stop() {
+	if err := m.d.stop(m.t); err != nil {
+		m.t.Errorf("mlfsd mount exited with %v; stderr:\n%s", err, m.stderr)
+	}
 }
 
 // startCacheMount mounts uri read-only at a new mountpoint with extra flags.
@@ -32,39 +38,8 @@ func startCacheMount(t *testing.T, uri string, flags ...string) *cacheMount {
 	args = append(args, uri, mnt)
 	cmd := mlfsdCmd(t, args...)
 	cmd.Env = append(cmd.Env, "OSS_ACCESS_KEY_ID=test", "OSS_ACCESS_KEY_SECRET=test")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stopped := false
-	m := &cacheMount{t: t, mnt: mnt, stderr: &stderr}
-	m.stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("mlfsd mount exited with %v; stderr:\n%s", err, &stderr)
-			}
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("mlfsd mount did not exit after SIGTERM; stderr:\n%s", &stderr)
-		}
-	}
-	t.Cleanup(func() {
-		m.stop()
-		if isMounted(t, mnt) {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
-	waitMounted(t, mnt, cmd, &stderr)
-	return m
+	d := startDaemon(t, cmd, mnt)
+	return &cacheMount{t: t, mnt: mnt, d: d, stderr: d.stderr}
 }
 
 var statRe = regexp.MustCompile(`(\w+)=(\d+)`)
@@ -74,7 +49,7 @@ var statRe = regexp.MustCompile(`(\w+)=(\d+)`)
 func (m *cacheMount) cacheStats() map[string]int64 {
 	m.t.Helper()
 	m.stop()
-	for _, line := range bytes.Split(m.stderr.Bytes(), []byte("\n")) {
+	for _, line := range bytes.Split([]byte(m.stderr.String()), []byte("\n")) {
 		if !bytes.Contains(line, []byte(`msg="cache: closed"`)) {
 			continue
 		}

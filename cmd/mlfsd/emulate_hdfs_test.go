@@ -96,33 +96,13 @@ func TestEmulateHDFSMountReadOnly(t *testing.T) {
 	uri := startHDFSEmulator(t, root, "--block-size", "64KiB")
 
 	mnt := t.TempDir()
-	cmd := mlfsdCmd(t, "mount", "--cache-dir", t.TempDir(), "--read-only", uri+"data/", mnt)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if isMounted(t, mnt) {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
-	waitMounted(t, mnt, cmd, &stderr)
+	d := startDaemon(t, mlfsdCmd(t, "mount", "--cache-dir", t.TempDir(), "--read-only", uri+"data/", mnt), mnt)
 	if out, err := exec.Command("diff", "-r", data, mnt).CombinedOutput(); err != nil {
 		t.Errorf("diff -r DIR/data mount: %v\n%s", err, out)
 	}
 	fstest.RunReadOnly(t, mnt, data)
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("mlfsd mount exited with %v; stderr:\n%s", err, &stderr)
-		}
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("mlfsd mount did not exit after SIGTERM")
+	if err := d.stop(t); err != nil {
+		t.Fatalf("mlfsd mount exited with %v; stderr:\n%s", err, d.stderr)
 	}
 }
 

@@ -146,29 +146,10 @@ func mountOSS(t *testing.T, uri string, extra ...string) (mnt string, stop func(
 	args := append([]string{"mount", "--read-only", "--cache-dir", t.TempDir()}, extra...)
 	cmd := mlfsdCmd(t, append(args, uri, mnt)...)
 	ossEnv(cmd)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if isMounted(t, mnt) {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-		cmd.Process.Kill()
-	})
-	waitMounted(t, mnt, cmd, &stderr)
+	d := startDaemon(t, cmd, mnt)
 	return mnt, func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("mlfsd mount exited with %v; stderr:\n%s", err, &stderr)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("mlfsd mount did not exit after SIGTERM; stderr:\n%s", &stderr)
+		if err := d.stop(t); err != nil {
+			t.Errorf("mlfsd mount exited with %v; stderr:\n%s", err, d.stderr)
 		}
 	}
 }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -63,7 +66,7 @@ func isMounted(t *testing.T, mnt string) bool {
 }
 
 // waitMounted waits until mnt is mounted, failing the test after a while.
-func waitMounted(t *testing.T, mnt string, cmd *exec.Cmd, stderr *bytes.Buffer) {
+func waitMounted(t *testing.T, mnt string, cmd *exec.Cmd, stderr fmt.Stringer) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !isMounted(t, mnt) {
@@ -71,5 +74,89 @@ func waitMounted(t *testing.T, mnt string, cmd *exec.Cmd, stderr *bytes.Buffer) 
 			t.Fatalf("%s was not mounted; mlfsd stderr:\n%s", mnt, stderr)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// daemon is an `mlfsd mount` running in a subprocess.
+type daemon struct {
+	cmd    *exec.Cmd
+	mnt    string
+	stderr *syncBuffer
+	done   chan error
+
+	stopped bool  // stop was called (test goroutine only)
+	exitErr error // what stop returned
+}
+
+// startDaemon starts cmd, an mlfsd mount whose mountpoint is mnt, and waits
+// until mnt is mounted. When the test ends the process is killed and the
+// mount detached, whatever happened.
+func startDaemon(t *testing.T, cmd *exec.Cmd, mnt string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: cmd, mnt: mnt, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	cmd.Stderr = d.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if isMounted(t, mnt) {
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for !isMounted(t, mnt) {
+		select {
+		case err := <-d.done:
+			t.Fatalf("mlfsd mount exited (%v) before mounting; stderr:\n%s", err, d.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was not mounted; stderr:\n%s", mnt, d.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return d
+}
+
+// stop sends SIGTERM and returns the exit error once mlfsd has drained and
+// exited, checking that nothing stays mounted. It may be called again.
+func (d *daemon) stop(t *testing.T) error {
+	t.Helper()
+	if d.stopped {
+		return d.exitErr
+	}
+	d.stopped = true
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		if isMounted(t, d.mnt) {
+			t.Errorf("%s still mounted after mlfsd exited", d.mnt)
+		}
+		d.exitErr = err
+		return err
+	case <-time.After(2 * time.Minute):
+		d.cmd.Process.Kill()
+		t.Fatalf("mlfsd mount did not exit after SIGTERM; stderr:\n%s", d.stderr)
+		return nil
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,32 +20,6 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// daemon is an `mlfsd mount` running in a subprocess.
-type daemon struct {
-	cmd    *exec.Cmd
-	mnt    string
-	stderr *syncBuffer
-	done   chan error
-}
 
 func startOutputMount(t *testing.T, back, staging string, extra ...string) *daemon {
 	t.Helper()
@@ -58,48 +31,7 @@ func startOutputMountURI(t *testing.T, uri, staging string, extra ...string) *da
 	mnt := t.TempDir()
 	args := append([]string{"mount", "--staging-dir", staging}, extra...)
 	args = append(args, uri, mnt)
-	d := &daemon{cmd: mlfsdCmd(t, args...), mnt: mnt, stderr: &syncBuffer{}, done: make(chan error, 1)}
-	d.cmd.Stderr = d.stderr
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() {
-		d.cmd.Process.Kill()
-		if isMounted(t, mnt) {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for !isMounted(t, mnt) {
-		select {
-		case err := <-d.done:
-			t.Fatalf("mlfsd mount exited (%v) before mounting; stderr:\n%s", err, d.stderr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was not mounted; stderr:\n%s", mnt, d.stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return d
-}
-
-// stop sends SIGTERM and returns the exit error once mlfsd has drained.
-func (d *daemon) stop(t *testing.T) error {
-	t.Helper()
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-d.done:
-		if isMounted(t, d.mnt) {
-			t.Errorf("%s still mounted after mlfsd exited", d.mnt)
-		}
-		return err
-	case <-time.After(2 * time.Minute):
-		d.cmd.Process.Kill()
-		t.Fatalf("mlfsd mount did not exit after SIGTERM; stderr:\n%s", d.stderr)
-		return nil
-	}
+	return startDaemon(t, mlfsdCmd(t, args...), mnt)
 }
 
 func randData(seed uint64, n int) []byte {

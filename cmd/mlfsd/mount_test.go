@@ -6,9 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/mlfsd/mlfsd/fs/fstest"
 )
@@ -21,20 +19,7 @@ func TestMountReadOnlyDiff(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, strings.Repeat("x", i%7+1)+".txt"), bytes.Repeat([]byte{byte(i)}, i*1000), 0o644)
 	}
 	mnt := t.TempDir()
-	cmd := mlfsdCmd(t, "mount", "--read-only", "nas://"+src+"/", mnt)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if isMounted(t, mnt) {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
-	waitMounted(t, mnt, cmd, &stderr)
+	d := startDaemon(t, mlfsdCmd(t, "mount", "--read-only", "nas://"+src+"/", mnt), mnt)
 
 	out, err := exec.Command("diff", "-r", src, mnt).CombinedOutput()
 	if err != nil {
@@ -42,18 +27,8 @@ func TestMountReadOnlyDiff(t *testing.T) {
 	}
 	fstest.RunReadOnly(t, mnt, src)
 
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("mlfsd mount exited with %v after SIGTERM; stderr:\n%s", err, &stderr)
-		}
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("mlfsd mount did not exit after SIGTERM; stderr:\n%s", &stderr)
-	}
-	if isMounted(t, mnt) {
-		t.Fatalf("%s still mounted after mlfsd exited", mnt)
+	if err := d.stop(t); err != nil {
+		t.Fatalf("mlfsd mount exited with %v after SIGTERM; stderr:\n%s", err, d.stderr)
 	}
 }
 
@@ -61,17 +36,8 @@ func TestMountSingleObject(t *testing.T) {
 	src := t.TempDir()
 	os.WriteFile(filepath.Join(src, "labels.csv"), []byte("id,label\n1,cat\n"), 0o644)
 	mnt := t.TempDir()
-	cmd := mlfsdCmd(t, "mount", "--read-only", "file://"+src+"/labels.csv", mnt)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Signal(syscall.SIGINT)
-		cmd.Wait()
-	}()
-	waitMounted(t, mnt, cmd, &stderr)
+	d := startDaemon(t, mlfsdCmd(t, "mount", "--read-only", "file://"+src+"/labels.csv", mnt), mnt)
+	defer d.stop(t)
 	got, err := os.ReadFile(filepath.Join(mnt, "labels.csv"))
 	if err != nil || string(got) != "id,label\n1,cat\n" {
 		t.Fatalf("read = %q, %v", got, err)
