@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends/nas"
 	"github.com/mlfsd/mlfsd/backends/oss"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 )
 
 func nasBackend(t *testing.T, dir string) backends.Backend {
@@ -133,30 +133,15 @@ func TestRunOverOSSEmulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ossemu.New(root, ossemu.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("emulator: %v", err)
-		}
-	}()
+	_, endpoint := ossemutest.Start(t, root, ossemu.Options{})
+	ctx := context.Background()
 	t.Setenv("OSS_ACCESS_KEY_ID", "bench")
 	t.Setenv("OSS_ACCESS_KEY_SECRET", "bench-secret")
 	u, err := backends.ParseURI("oss://bench/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := oss.New(ctx, u, oss.Options{Endpoint: "http://" + l.Addr().String()}, nil)
+	b, err := oss.New(ctx, u, oss.Options{Endpoint: endpoint}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

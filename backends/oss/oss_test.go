@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/backendtest"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 )
 
 const testBucket = "bkt"
@@ -36,24 +36,8 @@ func startEmu(t testing.TB, opt ossemu.Options) *emu {
 	if err := os.Mkdir(filepath.Join(root, testBucket), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ossemu.New(root, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("emulator: %v", err)
-		}
-	})
-	return &emu{srv: srv, endpoint: "http://" + l.Addr().String(), root: root}
+	srv, endpoint := ossemutest.Start(t, root, opt)
+	return &emu{srv: srv, endpoint: endpoint, root: root}
 }
 
 // setCreds sets dummy credentials: the emulator accepts any.

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 )
 
 // cacheMount is a read-only `mlfsd mount` subprocess.
@@ -160,21 +159,10 @@ func TestMountCacheRestartAgainstOSSEmulator(t *testing.T) {
 		imgs[n] = randomBytes(t, 64<<10)
 		os.WriteFile(filepath.Join(data, "imgs", n), imgs[n], 0o644)
 	}
-	srv, err := ossemu.New(root, ossemu.Options{TTFB: 2 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-served })
+	srv, endpoint := ossemutest.Start(t, root, ossemu.Options{TTFB: 2 * time.Millisecond})
 
 	uri := "oss://bkt/train/"
-	flags := []string{"--cache-dir", cacheDir, "--oss-endpoint", "http://" + l.Addr().String()}
+	flags := []string{"--cache-dir", cacheDir, "--oss-endpoint", endpoint}
 	readAllFiles := func(m *cacheMount) {
 		t.Helper()
 		got, err := os.ReadFile(filepath.Join(m.mnt, "shard-0.bin"))

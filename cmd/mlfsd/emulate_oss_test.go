@@ -3,13 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/fs/fstest"
 )
 
@@ -122,19 +121,8 @@ func TestEmulateOSSCommand(t *testing.T) {
 func startOSSEmu(t *testing.T, opt ossemu.Options) (*ossemu.Server, string, string) {
 	t.Helper()
 	root := t.TempDir()
-	srv, err := ossemu.New(root, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return srv, root, "http://" + l.Addr().String()
+	srv, endpoint := ossemutest.Start(t, root, opt)
+	return srv, root, endpoint
 }
 
 // mountOSS runs `mlfsd mount --read-only` on uri and waits for the mount;

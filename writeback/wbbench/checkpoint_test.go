@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,6 +15,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	mfs "github.com/mlfsd/mlfsd/fs"
 	"github.com/mlfsd/mlfsd/writeback"
 )
@@ -179,23 +179,12 @@ func startEmulator(b *testing.B) backends.Backend {
 	if err := os.Mkdir(filepath.Join(root, "bkt"), 0o755); err != nil {
 		b.Fatal(err)
 	}
-	srv, err := ossemu.New(root, ossemu.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	b.Cleanup(func() { cancel(); <-done })
+	_, endpoint := ossemutest.Start(b, root, ossemu.Options{})
 	u, err := backends.ParseURI("oss://bkt/ckpt/")
 	if err != nil {
 		b.Fatal(err)
 	}
-	be, err := oss.New(context.Background(), u, oss.Options{Endpoint: "http://" + l.Addr().String()}, nil)
+	be, err := oss.New(context.Background(), u, oss.Options{Endpoint: endpoint}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

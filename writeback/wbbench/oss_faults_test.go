@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/writeback"
 )
 
@@ -33,23 +33,12 @@ func emulator(t testing.TB, opt ossemu.Options, retry oss.RetryOptions) (*ossemu
 	if err := os.Mkdir(filepath.Join(root, "bkt"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ossemu.New(root, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); <-done })
+	srv, endpoint := ossemutest.Start(t, root, opt)
 	u, err := backends.ParseURI("oss://bkt/out/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, err := oss.New(context.Background(), u, oss.Options{Endpoint: "http://" + l.Addr().String(), PartSize: 1 << 20, Retry: retry}, nil)
+	be, err := oss.New(context.Background(), u, oss.Options{Endpoint: endpoint, PartSize: 1 << 20, Retry: retry}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package ossemu_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/md5"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"hash/crc64"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -26,6 +24,7 @@ import (
 	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 )
 
 const bucketName = "bkt"
@@ -43,24 +42,8 @@ func start(t testing.TB, opt ossemu.Options) *emu {
 	if err := os.Mkdir(filepath.Join(root, bucketName), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ossemu.New(root, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, l) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	client, err := alioss.New("http://"+l.Addr().String(), "any-id", "any-secret", alioss.ForcePathStyle(true), alioss.EnableCRC(true))
+	srv, endpoint := ossemutest.Start(t, root, opt)
+	client, err := alioss.New(endpoint, "any-id", "any-secret", alioss.ForcePathStyle(true), alioss.EnableCRC(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +51,7 @@ func start(t testing.TB, opt ossemu.Options) *emu {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &emu{srv: srv, addr: l.Addr().String(), root: root, bucket: b}
+	return &emu{srv: srv, addr: strings.TrimPrefix(endpoint, "http://"), root: root, bucket: b}
 }
 
 func (e *emu) path(key string) string {
