@@ -62,12 +62,12 @@ func CheckMountpoint(path string) error {
 	// cached (input mounts cache them for an hour).
 	var sfs unix.Statfs_t
 	if err := unix.Statfs(path, &sfs); errors.Is(err, syscall.ENOTCONN) {
-		return fmt.Errorf("mountpoint %s is a stale FUSE mount (its daemon died); run `umount -l %s` first", path, path)
+		return staleMount(path)
 	}
 	st, err := os.Stat(path)
 	switch {
 	case errors.Is(err, syscall.ENOTCONN):
-		return fmt.Errorf("mountpoint %s is a stale FUSE mount (its daemon died); run `umount -l %s` first", path, path)
+		return staleMount(path)
 	case errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("mountpoint %s does not exist; create it first", path)
 	case err != nil:
@@ -91,6 +91,11 @@ func CheckMountpoint(path string) error {
 		return fmt.Errorf("mountpoint %s is not empty (it holds %q); mounting would hide its contents", path, names[0])
 	}
 	return nil
+}
+
+// staleMount is the error for a mountpoint whose FUSE daemon died.
+func staleMount(path string) error {
+	return fmt.Errorf("mountpoint %s is a stale FUSE mount (its daemon died); run `umount -l %s` first", path, path)
 }
 
 // isMountpoint compares the mount ids of path and its parent (statx
@@ -165,24 +170,32 @@ func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Serve
 	return &Server{server: server, mountpoint: mountpoint, log: log}, nil
 }
 
-// setReadAhead writes kb to the read_ahead_kb of the mount's bdi, which
-// sysfs names after the mount's device number.
+// setReadAhead writes kb to the read_ahead_kb of the mount's bdi.
 func setReadAhead(mountpoint string, kb int) error {
-	var st unix.Stat_t
-	if err := unix.Stat(mountpoint, &st); err != nil {
+	p, err := readAheadPath(mountpoint)
+	if err != nil {
 		return err
 	}
-	p := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
 	return os.WriteFile(p, []byte(fmt.Sprintf("%d\n", kb)), 0o644)
+}
+
+// readAheadPath is the sysfs file of the mount's bdi readahead; sysfs names
+// the bdi after the mount's device number.
+func readAheadPath(mountpoint string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(mountpoint, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)), nil
 }
 
 // ReadAheadKB returns the read_ahead_kb in force on the mount.
 func (m *Server) ReadAheadKB() (int, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(m.mountpoint, &st); err != nil {
+	p, err := readAheadPath(m.mountpoint)
+	if err != nil {
 		return 0, err
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	data, err := os.ReadFile(p)
 	if err != nil {
 		return 0, err
 	}
