@@ -278,6 +278,7 @@ func (h *Handle) Truncate(ctx context.Context, size int64) error {
 		st.invalidateLocked()
 	}
 	cur := e.cur
+	fresh := false
 	if size == 0 && (cur == nil || cur.sealed) && e.ptHandles == 0 {
 		// Emptying a file never needs its old bytes.
 		s.mu.Unlock()
@@ -290,6 +291,7 @@ func (h *Handle) Truncate(ctx context.Context, size int64) error {
 		if cur != nil {
 			s.unrefLocked(cur)
 		}
+		fresh = true
 	} else {
 		s.mu.Unlock()
 		if err := s.prepareWriteLocked(ctx, e); err != nil {
@@ -299,8 +301,15 @@ func (h *Handle) Truncate(ctx context.Context, size int64) error {
 	}
 	b := e.cur
 	s.mu.Unlock()
-	if err := b.f.Truncate(size); err != nil {
-		return stagingErr("truncate", h.Key(), err)
+	// A new blob is empty already. Truncating it anyway would cost the
+	// writer's close(2) a synchronous writeback of everything it wrote:
+	// ext4 marks a file truncated to 0 (even an empty one) for block
+	// allocation at its next release (auto_da_alloc), and the release of
+	// a passthrough open's backing file happens inside the writer's close.
+	if !fresh {
+		if err := b.f.Truncate(size); err != nil {
+			return stagingErr("truncate", h.Key(), err)
+		}
 	}
 	s.mu.Lock()
 	b.size = size
