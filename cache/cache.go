@@ -33,7 +33,10 @@ import (
 	mfs "github.com/mlfsd/mlfsd/fs"
 )
 
-var _ mfs.Source = (*Cache)(nil)
+var (
+	_ mfs.Source      = (*Cache)(nil)
+	_ mfs.SliceReader = (*handle)(nil)
+)
 
 // writeQueueBytes bounds the blocks waiting for the disk tier. Past it,
 // fetched blocks are served but not kept on disk (a later read or a

@@ -622,3 +622,59 @@ func TestMemoryOnlyReadaheadIsKept(t *testing.T) {
 		t.Fatalf("memory-only sequential read of %d bytes fetched %d: %s", size, got, describeReads(b.readLog()))
 	}
 }
+
+// ReadSlices returns what ReadAt returns, with the same EOF rules; blocks
+// in memory come back as slices of themselves (not copied into p), and
+// blocks only on disk are read into p.
+func TestReadSlicesMatchReadAt(t *testing.T) {
+	b := newFake("fake://a/")
+	data := randomData(11, 5*MiB+777)
+	info := b.put("obj", data)
+	c := newTestCache(t, Options{Dir: t.TempDir()})
+	h := open(t, c, b, info)
+	sr := h.(mfs.SliceReader)
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range 200 {
+		off := r.Int64N(int64(len(data)) + 10)
+		if i < 10 {
+			off = int64(i) * MiB // block-aligned, as the kernel's readahead reads
+		}
+		p := make([]byte, r.IntN(3*MiB)+1)
+		vecs, err := sr.ReadSlices(context.Background(), p, off)
+		got := bytes.Join(vecs, nil)
+		want := data[min(off, int64(len(data))):min(off+int64(len(p)), int64(len(data)))]
+		if !bytes.Equal(got, want) {
+			t.Fatalf("ReadSlices(%d, len %d) = %d bytes, want %d (or data differs)", off, len(p), len(got), len(want))
+		}
+		if len(got) < len(p) && err != io.EOF {
+			t.Fatalf("short ReadSlices at %d without io.EOF: %v", off, err)
+		}
+		if len(got) == len(p) && err != nil {
+			t.Fatalf("full ReadSlices at %d returned %v", off, err)
+		}
+	}
+	// Fresh from a fetch, a block is in memory: its slice is not in p.
+	p := make([]byte, MiB)
+	vecs, err := sr.ReadSlices(context.Background(), p, 2*MiB)
+	if err != nil || len(vecs) != 1 || &vecs[0][0] == &p[0] {
+		t.Fatalf("in-memory block: %d slices, err %v, in p: %v; want one slice of the block", len(vecs), err, len(vecs) == 1 && &vecs[0][0] == &p[0])
+	}
+	h.Close()
+
+	// A new cache on the same dir has the blocks only on disk: they are
+	// read into p.
+	c.Close()
+	c2 := newTestCache(t, Options{Dir: c.opt.Dir})
+	h2 := open(t, c2, b, info)
+	defer h2.Close()
+	if fd, ok := h2.(interface{ PassthroughFd() (int, bool) }).PassthroughFd(); !ok || fd < 0 {
+		t.Fatalf("the object should be complete on disk after a full read")
+	}
+	vecs, err = h2.(mfs.SliceReader).ReadSlices(context.Background(), p, MiB+5)
+	if err != nil || len(vecs) != 2 || !bytes.Equal(bytes.Join(vecs, nil), data[MiB+5:2*MiB+5]) {
+		t.Fatalf("from disk: %d slices, err %v; want 2 (two blocks) with the object's bytes", len(vecs), err)
+	}
+	if &vecs[0][0] != &p[0] || &vecs[1][0] != &p[MiB-5] {
+		t.Fatalf("from disk: the slices should be parts of p")
+	}
+}

@@ -37,13 +37,36 @@ func (h *handle) PassthroughFd() (int, bool) {
 
 // ReadAt implements fs.Handle.
 func (h *handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	n := 0
+	err := h.read(ctx, p, off, func(v []byte) {
+		if &v[0] != &p[n] {
+			copy(p[n:], v)
+		}
+		n += len(v)
+	})
+	return n, err
+}
+
+// ReadSlices implements fs.SliceReader: blocks in memory are answered with
+// slices of themselves (never modified once fetched), so the FUSE reply is
+// written from them without a copy; what comes from disk is read into p.
+func (h *handle) ReadSlices(ctx context.Context, p []byte, off int64) ([][]byte, error) {
+	var vecs [][]byte
+	err := h.read(ctx, p, off, func(v []byte) { vecs = append(vecs, v) })
+	return vecs, err
+}
+
+// read reads len(p) bytes at off, block by block, handing each piece to
+// emit in order: a slice of a block in memory, or the part of p it was read
+// into. It ends with io.EOF where the object ends.
+func (h *handle) read(ctx context.Context, p []byte, off int64, emit func([]byte)) error {
 	h.c.stats.reads.Add(1)
 	size := h.e.size
 	if off < 0 {
-		return 0, fmt.Errorf("read at negative offset %d", off)
+		return fmt.Errorf("read at negative offset %d", off)
 	}
 	if off >= size {
-		return 0, io.EOF
+		return io.EOF
 	}
 	end := min(off+int64(len(p)), size)
 	h.readahead(off, end)
@@ -53,17 +76,20 @@ func (h *handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		bi := pos / bs
 		boff := pos - bi*bs
 		lim := min(end-pos, bs-boff)
-		m, err := h.readBlock(ctx, bi, p[n:n+int(lim)], boff)
-		n += m
-		pos += int64(m)
+		v, err := h.readBlock(ctx, bi, p[n:n+int(lim)], boff)
+		if len(v) > 0 {
+			emit(v)
+		}
+		n += len(v)
+		pos += int64(len(v))
 		if err != nil {
-			return n, err
+			return err
 		}
 	}
 	if n < len(p) {
-		return n, io.EOF
+		return io.EOF
 	}
-	return n, nil
+	return nil
 }
 
 // readahead classifies the read as sequential (close to where the last one
@@ -117,24 +143,24 @@ func (h *handle) readahead(off, end int64) {
 	}
 }
 
-// readBlock copies block bi from offset boff into p (len(p) <= what the
-// block holds from boff): from memory, from disk, from a fetch in flight,
-// or by fetching it.
-func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) (int, error) {
+// readBlock returns len(p) bytes (p is no longer than what the block holds
+// from boff) of block bi from offset boff: a slice of the block when it is
+// in memory or arrives by a fetch, else p filled from disk.
+func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) ([]byte, error) {
 	c, e := h.c, h.e
+	end := boff + int64(len(p))
 	for attempt := 0; attempt < 4; attempt++ {
 		key := c.blockKey(e.id, bi)
 		if data, ok := c.memGet(key); ok && int64(len(data)) == e.blockLen(bi) {
 			c.stats.memoryHits.Add(1)
-			n := copy(p, data[boff:])
-			if boff+int64(n) == int64(len(data)) {
+			if end == int64(len(data)) {
 				// Read to its end: it leaves the ready buffer for the
 				// ristretto tier, which keeps it if it is worth keeping.
 				if d, ok := c.ready.take(key); ok {
 					c.memSet(key, d)
 				}
 			}
-			return n, nil
+			return data[boff:end], nil
 		}
 		e.mu.Lock()
 		if (e.complete || e.present.has(bi)) && e.file != nil {
@@ -146,15 +172,15 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 				err = nil
 			}
 			if err != nil {
-				return n, fmt.Errorf("cache file %s: %w", e.id, err)
+				return p[:n], fmt.Errorf("cache file %s: %w", e.id, err)
 			}
 			c.stats.diskHits.Add(1)
-			return n, nil
+			return p, nil
 		}
 		if w := e.writing[bi]; w != nil {
 			e.mu.Unlock()
 			c.stats.memoryHits.Add(1)
-			return copy(p, w[boff:]), nil
+			return w[boff:end], nil
 		}
 		f := e.inflight[bi]
 		e.mu.Unlock()
@@ -171,15 +197,15 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 		select {
 		case <-f.done:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return nil, ctx.Err()
 		}
 		if f.err != nil {
-			return 0, f.err
+			return nil, f.err
 		}
 		c.stats.fetchWaits.Add(1)
-		return copy(p, f.data[boff:]), nil
+		return f.data[boff:end], nil
 	}
-	return 0, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
+	return nil, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
 }
 
 // Close implements fs.Handle: it unpins the entry (so it may be evicted

@@ -353,6 +353,13 @@ var (
 )
 
 func (h *inHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if sr, ok := h.h.(SliceReader); ok {
+		vecs, err := sr.ReadSlices(ctx, dest, off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, ToErrno(h.fsys.log, "read", h.key, err)
+		}
+		return fuse.ReadResultVector(vecs), 0
+	}
 	n, err := h.h.ReadAt(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, ToErrno(h.fsys.log, "read", h.key, err)

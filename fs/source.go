@@ -30,6 +30,14 @@ type Handle interface {
 	Close() error
 }
 
+// SliceReader is a Handle that can answer a read with slices of memory it
+// already holds, which the FUSE reply is written from without a copy.
+// ReadSlices reads like ReadAt(p, off), but returns the data as slices in
+// order: its own (which must never change afterwards) or parts of p.
+type SliceReader interface {
+	ReadSlices(ctx context.Context, p []byte, off int64) ([][]byte, error)
+}
+
 // DirectSource reads straight from the backend, one ranged read per call.
 type DirectSource struct{}
 
