@@ -118,6 +118,15 @@ type Writer interface {
 	Abort(ctx context.Context) error
 }
 
+// ReaderAtWriter is implemented by Writers that can take an object's whole
+// content from a random-access source (a staged file), reading it straight
+// from there in parts, in parallel, and again to retry a part, instead of
+// through buffers. WriteReaderAt must come before any Write; r must hold
+// the same size bytes until Commit returns.
+type ReaderAtWriter interface {
+	WriteReaderAt(r io.ReaderAt, size int64) error
+}
+
 // Renamer is implemented by stores with a server-side rename (NAS, HDFS).
 // Rename moves a file or directory; the destination must not exist as a
 // directory. Without it, callers copy and delete.

@@ -68,18 +68,23 @@ func (s *Store) put(ctx context.Context, key string, v *version) (backends.Objec
 	if err != nil {
 		return backends.ObjectInfo{}, err
 	}
-	var r io.Reader = countingReader{io.NewSectionReader(v.blob.f, 0, v.size), &s.sent}
-	if s.limiter != nil {
-		r = &limitedReader{ctx: ctx, r: r, l: s.limiter}
-	}
-	var n int64
-	if rf, ok := w.(io.ReaderFrom); ok {
-		n, err = rf.ReadFrom(r) // straight into the backend's buffers
+	if rw, ok := w.(backends.ReaderAtWriter); ok && s.limiter == nil {
+		// Parts read straight from the sealed blob, in parallel.
+		err = rw.WriteReaderAt(countingReaderAt{v.blob.f, &s.sent}, v.size)
 	} else {
-		n, err = io.CopyBuffer(w, r, make([]byte, 1<<20))
-	}
-	if err == nil && n != v.size {
-		err = fmt.Errorf("staged file of %q gave %d of %d bytes", key, n, v.size)
+		var r io.Reader = countingReader{io.NewSectionReader(v.blob.f, 0, v.size), &s.sent}
+		if s.limiter != nil {
+			r = &limitedReader{ctx: ctx, r: r, l: s.limiter}
+		}
+		var n int64
+		if rf, ok := w.(io.ReaderFrom); ok {
+			n, err = rf.ReadFrom(r) // straight into the backend's buffers
+		} else {
+			n, err = io.CopyBuffer(w, r, make([]byte, 1<<20))
+		}
+		if err == nil && n != v.size {
+			err = fmt.Errorf("staged file of %q gave %d of %d bytes", key, n, v.size)
+		}
 	}
 	if err != nil {
 		w.Abort(context.WithoutCancel(ctx))
@@ -226,6 +231,19 @@ type countingReader struct {
 
 func (c countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// countingReaderAt counts the bytes read through it (upload progress; a
+// retried part counts again).
+type countingReaderAt struct {
+	r io.ReaderAt
+	n *atomic.Int64
+}
+
+func (c countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.r.ReadAt(p, off)
 	c.n.Add(int64(n))
 	return n, err
 }

@@ -61,9 +61,16 @@ type writer struct {
 	sem      chan struct{}
 	wg       sync.WaitGroup
 
-	mu      sync.Mutex
-	parts   []alioss.UploadPart // GUARDED_BY(mu)
-	partErr error               // GUARDED_BY(mu): the first part failure
+	// whole: WriteReaderAt gave the whole content; nothing more is written.
+	whole bool
+	// fromReaderAt: the parts were read from a ReaderAt (WriteReaderAt),
+	// and crc was not fed; the object's CRC64 is combined from partCRCs.
+	fromReaderAt bool
+
+	mu       sync.Mutex
+	parts    []alioss.UploadPart // GUARDED_BY(mu)
+	partCRCs map[int]partCRC     // GUARDED_BY(mu): by part number
+	partErr  error               // GUARDED_BY(mu): the first part failure
 
 	done      bool
 	committed *backends.ObjectInfo
@@ -79,6 +86,9 @@ func (w *writer) failed() error {
 func (w *writer) usable() error {
 	if w.done {
 		return backends.Wrap("write", w.key, backends.ErrInvalid, errors.New("write after commit or abort"))
+	}
+	if w.whole {
+		return backends.Wrap("write", w.key, backends.ErrInvalid, errors.New("write after WriteReaderAt"))
 	}
 	return w.failed()
 }
@@ -177,8 +187,22 @@ func (w *writer) initiate() error {
 	return nil
 }
 
-// dispatch uploads one part in the background, waiting for a free slot.
+// partCRC is the CRC64 the server reported for a part (which the SDK
+// checked against the bytes it sent), when it reported one.
+type partCRC struct {
+	crc   uint64
+	size  int64
+	known bool
+}
+
+// dispatch uploads one part from memory in the background.
 func (w *writer) dispatch(data []byte) error {
+	return w.dispatchPart(int64(len(data)), func() io.Reader { return bytes.NewReader(data) })
+}
+
+// dispatchPart uploads the next part, n bytes that body returns (afresh
+// for each try), in the background, waiting for a free slot.
+func (w *writer) dispatchPart(n int64, body func() io.Reader) error {
 	select {
 	case w.sem <- struct{}{}:
 	case <-w.ctx.Done():
@@ -193,9 +217,10 @@ func (w *writer) dispatch(data []byte) error {
 	go func() {
 		defer func() { <-w.sem; w.wg.Done() }()
 		var part alioss.UploadPart
+		var h http.Header
 		err := w.b.retry(w.ctx, func() error {
 			var err error
-			part, err = w.b.bucket.UploadPart(*w.imur, bytes.NewReader(data), int64(len(data)), num, alioss.WithContext(w.ctx))
+			part, err = w.b.bucket.UploadPart(*w.imur, body(), n, num, alioss.WithContext(w.ctx), alioss.GetResponseHeader(&h))
 			if err == nil && strings.Trim(part.ETag, `"`) == "" {
 				return fmt.Errorf("UploadPart response without ETag: %w", errTruncated)
 			}
@@ -211,8 +236,70 @@ func (w *writer) dispatch(data []byte) error {
 			return
 		}
 		w.parts = append(w.parts, part)
+		crc, perr := strconv.ParseUint(h.Get("x-oss-hash-crc64ecma"), 10, 64)
+		if w.partCRCs == nil {
+			w.partCRCs = map[int]partCRC{}
+		}
+		w.partCRCs[num] = partCRC{crc: crc, size: n, known: perr == nil}
 	}()
 	return nil
+}
+
+// WriteReaderAt implements backends.ReaderAtWriter. Up to the multipart
+// threshold it reads r like ReadFrom; past it every part is read from r by
+// its own upload, Concurrency at a time, with no copy through our memory.
+// The object's CRC64 is then combined from the parts' CRC64s, each of which
+// the SDK checked against the bytes it sent, instead of a second pass over
+// the data.
+func (w *writer) WriteReaderAt(r io.ReaderAt, size int64) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if w.size != 0 || w.buf != nil {
+		return backends.Wrap("write", w.key, backends.ErrInvalid, errors.New("WriteReaderAt after Write"))
+	}
+	if size <= w.b.opt.MultipartThreshold {
+		n, err := w.ReadFrom(io.NewSectionReader(r, 0, size))
+		if err == nil && n != size {
+			err = backends.Wrap("write", w.key, backends.ErrInvalid, fmt.Errorf("source gave %d of %d bytes", n, size))
+		}
+		w.whole = true
+		return err
+	}
+	if err := w.initiate(); err != nil {
+		return err
+	}
+	w.whole, w.fromReaderAt = true, true
+	w.size = size
+	for off := int64(0); off < size; {
+		n, at := min(w.partSize, size-off), off
+		if err := w.dispatchPart(n, func() io.Reader { return io.NewSectionReader(r, at, n) }); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}
+
+// objectCRC is the CRC64 of everything written, if known: fed by Write and
+// ReadFrom, or combined from the parts' CRC64s after WriteReaderAt (unknown
+// if the server reported none for some part). Call it once the parts are
+// done.
+func (w *writer) objectCRC() (uint64, bool) {
+	if !w.fromReaderAt {
+		return w.crc.Sum64(), true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var crc uint64
+	for num := 1; num <= w.nextPart; num++ {
+		p, ok := w.partCRCs[num]
+		if !ok || !p.known {
+			return 0, false
+		}
+		crc = alioss.CRC64Combine(crc, p.crc, uint64(p.size))
+	}
+	return crc, true
 }
 
 // Commit implements backends.Writer.
@@ -283,6 +370,8 @@ func (w *writer) complete(ctx context.Context) (backends.ObjectInfo, error) {
 	parts := append([]alioss.UploadPart(nil), w.parts...)
 	w.mu.Unlock()
 	sort.Slice(parts, func(i, j int) bool { return parts[i].PartNumber < parts[j].PartNumber })
+	crc, crcKnown := w.objectCRC()
+	sum := strconv.FormatUint(crc, 10)
 	var h http.Header
 	tries := 0
 	err := w.b.retry(ctx, func() error {
@@ -297,7 +386,7 @@ func (w *writer) complete(ctx context.Context) (backends.ObjectInfo, error) {
 			// An earlier try may have completed the upload and lost its
 			// response: the object is ours if its CRC64 is ours.
 			hh, herr := w.b.head(ctx, w.key)
-			if herr == nil && hh.Get("x-oss-hash-crc64ecma") == strconv.FormatUint(w.crc.Sum64(), 10) {
+			if herr == nil && crcKnown && hh.Get("x-oss-hash-crc64ecma") == sum {
 				h = hh
 				return nil
 			}
@@ -307,9 +396,9 @@ func (w *writer) complete(ctx context.Context) (backends.ObjectInfo, error) {
 	if err != nil {
 		return backends.ObjectInfo{}, w.b.wrapErr("write", w.key, err)
 	}
-	if srv := h.Get("x-oss-hash-crc64ecma"); srv != "" && srv != strconv.FormatUint(w.crc.Sum64(), 10) {
+	if srv := h.Get("x-oss-hash-crc64ecma"); srv != "" && crcKnown && srv != sum {
 		return backends.ObjectInfo{}, backends.Wrap("write", w.key, backends.ErrTransient,
-			fmt.Errorf("multipart object CRC64 %s differs from the data written (%d)", srv, w.crc.Sum64()))
+			fmt.Errorf("multipart object CRC64 %s differs from the data written (%s)", srv, sum))
 	}
 	w.imur = nil // completed: nothing to abort
 	return w.info(h), nil

@@ -38,7 +38,8 @@ func emulator(t testing.TB, opt ossemu.Options, retry oss.RetryOptions) (*ossemu
 	if err != nil {
 		t.Fatal(err)
 	}
-	be, err := oss.New(context.Background(), u, oss.Options{Endpoint: endpoint, PartSize: 1 << 20, Retry: retry}, nil)
+	// Parts of 1 MiB past 2 MiB: the larger files go up as multipart.
+	be, err := oss.New(context.Background(), u, oss.Options{Endpoint: endpoint, PartSize: 1 << 20, MultipartThreshold: 2 << 20, Retry: retry}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +103,9 @@ func TestOSSFaultsRetriedNothingLost(t *testing.T) {
 	}
 	if faults == 0 {
 		t.Fatal("the emulator injected no faults; the test proves nothing")
+	}
+	if srv.Stats()["UploadPart"] == 0 {
+		t.Fatal("no file went up as a multipart upload")
 	}
 	retries := 0.0
 	mfs, err := reg.Gather()
