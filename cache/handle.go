@@ -39,7 +39,7 @@ func (h *handle) PassthroughFd() (int, bool) {
 func (h *handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	n := 0
 	err := h.read(ctx, p, off, func(v []byte) {
-		if &v[0] != &p[n] {
+		if &v[0] != &p[n] { // a block in memory, not read into p already
 			copy(p[n:], v)
 		}
 		n += len(v)
