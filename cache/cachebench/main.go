@@ -448,29 +448,23 @@ func benchBig(ctx context.Context, c config, emu *emulator, ideal backends.Backe
 	// Each timed phase starts with the memory it may use backed by the
 	// host (see bench.PrimeMemory): the object's size for the mount's page
 	// cache, plus the daemon's memory bound.
-	prime := c.bigSize + c.memBytes
-	if err := bench.PrimeMemory(prime); err != nil {
-		m.stop()
-		return err
+	primed := func(read func() (float64, error)) (float64, error) {
+		if err := bench.PrimeMemory(c.bigSize + c.memBytes); err != nil {
+			return 0, err
+		}
+		return read()
 	}
-	before, err := idealRead(ctx, c, ideal, "file.bin", c.bigSize)
+	idealOnce := func() (float64, error) { return idealRead(ctx, c, ideal, "file.bin", c.bigSize) }
+	before, err := primed(idealOnce)
 	if err != nil {
 		m.stop()
 		return err
 	}
-	if err := bench.PrimeMemory(prime); err != nil {
-		m.stop()
-		return err
-	}
-	if res.ColdMBs, err = readSeq(filepath.Join(mnt, "file.bin")); err != nil {
+	if res.ColdMBs, err = primed(func() (float64, error) { return readSeq(filepath.Join(mnt, "file.bin")) }); err != nil {
 		m.stop()
 		return fmt.Errorf("cold read: %w", err)
 	}
-	if err := bench.PrimeMemory(prime); err != nil {
-		m.stop()
-		return err
-	}
-	after, err := idealRead(ctx, c, ideal, "file.bin", c.bigSize)
+	after, err := primed(idealOnce)
 	if err != nil {
 		m.stop()
 		return err

@@ -66,7 +66,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 		// Local disk. Each phase starts with no dirty pages left by the last.
 		local := filepath.Join(work, "local.pt")
 		syscall.Sync()
-		primeMemory(b, primeSize(size))
+		primeMemory(b, size)
 		t0 := time.Now()
 		if err := writeSeq(local, chunk, size); err != nil {
 			b.Fatal(err)
@@ -119,7 +119,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 func directUpload(b *testing.B, be backends.Backend, key string, chunk []byte, size int64) time.Duration {
 	ctx := context.Background()
 	syscall.Sync()
-	primeMemory(b, primeSize(size))
+	primeMemory(b, size)
 	t0 := time.Now()
 	w, err := be.Write(ctx, key, backends.WriteOptions{SizeHint: size})
 	if err != nil {
@@ -154,7 +154,7 @@ func mountWrite(b *testing.B, be backends.Backend, work, name string, chunk []by
 		b.Fatalf("FUSE mount: %v", err)
 	}
 	syscall.Sync()
-	primeMemory(b, primeSize(size))
+	primeMemory(b, size)
 	t0 := time.Now()
 	if err := writeSeq(filepath.Join(mnt, "ckpt.pt"), chunk, size); err != nil {
 		b.Fatal(err)
@@ -191,17 +191,14 @@ func writeSeq(path string, chunk []byte, size int64) error {
 	return f.Close()
 }
 
-// primeSize is how much memory to prime before a phase that writes size
-// bytes: a phase allocates up to three times that in new page cache (the
-// staging file, the emulator's parts, the object they are assembled into),
-// and priming more than it uses costs only untimed seconds.
-func primeSize(size int64) int64 { return 4 * size }
-
-// primeMemory readies size bytes of memory for the next timed phase (see
-// bench.PrimeMemory: the VM's free page reporting would otherwise charge
-// one phase and not another for its first touches).
+// primeMemory readies memory for a timed phase that writes a checkpoint of
+// size bytes (see bench.PrimeMemory: the VM's free page reporting would
+// otherwise charge one phase and not another for its first touches). A
+// phase allocates up to three times size in new memory (the staging file,
+// the emulator's parts, the object they are assembled into); priming four
+// times that costs only untimed seconds.
 func primeMemory(b *testing.B, size int64) {
-	if err := bench.PrimeMemory(size); err != nil {
+	if err := bench.PrimeMemory(4 * size); err != nil {
 		b.Fatal(err)
 	}
 }
