@@ -138,6 +138,13 @@ func TestShellEvalRoundTrip(t *testing.T) {
 			got[k] = v
 		}
 		for _, v := range vars {
+			if !isShellName(v.Name) {
+				// SM_HP_TRAILING-NEWLINES and the like: a comment, not set.
+				if _, ok := got[v.Name]; ok || !strings.Contains(b.String(), "\n# not a shell name: "+v.Name+"\n") {
+					t.Errorf("%s: %s is no shell name, want it as a comment line only", sh, v.Name)
+				}
+				continue
+			}
 			if got[v.Name] != v.Value {
 				t.Errorf("%s: %s = %q after eval, want %q", sh, v.Name, trunc(got[v.Name]), trunc(v.Value))
 			}
@@ -264,12 +271,12 @@ func TestOversizedAggregates(t *testing.T) {
 	p = mustParse(t, "name: x\ncompat: sagemaker\nhyperparameters:\n  a: "+big+"\n  b: "+big[:40*1024]+"\n", Options{})
 	vars, warnings = p.Env()
 	m := envMap(vars)
-	for _, name := range []string{"PAI_HPS", "PAI_USER_ARGS", "SM_HPS", "SM_USER_ARGS"} {
+	for _, name := range []string{"PAI_HPS", "PAI_USER_ARGS", "SM_HPS", "SM_USER_ARGS", "SM_TRAINING_ENV"} {
 		if _, ok := m[name]; ok {
 			t.Errorf("%s kept although it exceeds 128 KiB", name)
 		}
 	}
-	if len(warnings) != 4 || !strings.Contains(warnings[0], "PAI_HPS left out") || !strings.Contains(warnings[0], "hyperparameters.json") {
+	if len(warnings) != 5 || !strings.Contains(warnings[0], "PAI_HPS left out") || !strings.Contains(warnings[0], "hyperparameters.json") {
 		t.Errorf("warnings = %q", warnings)
 	}
 	if m["PAI_HPS_A"] != big || m["PAI_HPS_B"] != big[:40*1024] || m["SM_HP_A"] != big {

@@ -12,6 +12,10 @@ import (
 const (
 	// FormatShell writes `export NAME='value'` lines for eval in a POSIX
 	// shell; a ' in a value is written '\''. eval restores every byte.
+	// A name a shell cannot hold (SageMaker's SM_HP_BATCH-SIZE keeps the
+	// '-' of batch-size) is written as a comment line, `# not a shell
+	// name: NAME`: mlfsd run still sets it; use the json or dotenv
+	// format to read it.
 	FormatShell = "shell"
 	// FormatDotenv writes NAME="value" lines. Inside the double quotes a
 	// backslash is written \\, a double quote \", a newline \n and a
@@ -32,6 +36,10 @@ func WriteEnv(w io.Writer, format string, vars []Var) error {
 	switch format {
 	case FormatShell:
 		for _, v := range vars {
+			if !isShellName(v.Name) {
+				b.WriteString("# not a shell name: " + strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(v.Name) + "\n")
+				continue
+			}
 			b.WriteString("export " + v.Name + "='" + strings.ReplaceAll(v.Value, "'", `'\''`) + "'\n")
 		}
 	case FormatDotenv:
@@ -58,6 +66,18 @@ func WriteEnv(w io.Writer, format string, vars []Var) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// isShellName reports whether a POSIX shell can export name:
+// [A-Za-z_][A-Za-z0-9_]*.
+func isShellName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return name != ""
 }
 
 func dotenvEscape(s string) string {

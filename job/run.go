@@ -102,6 +102,11 @@ func (r *Runner) Run(ctx context.Context) (status int, err error) {
 	if len(argv) == 0 {
 		return 0, errors.New("no command: give one in the spec (command) or after --")
 	}
+	if r.Plan.Compat == CompatSageMaker && r.Plan.Host == nil {
+		// Once, so resourceconfig.json and SM_* report the same host.
+		h := DetectHost()
+		r.Plan.Host = &h
+	}
 	vars, warnings := r.Plan.Env()
 	for _, w := range warnings {
 		log.Warn(w)
@@ -195,6 +200,16 @@ func (r *Runner) start(ctx context.Context, log *slog.Logger) (mounts []mount, e
 	if err := c.writeFile(p.HyperparametersFile(), []byte(p.HyperparametersJSON()), 0o644); err != nil {
 		return nil, fmt.Errorf("write hyperparameters: %w", err)
 	}
+	if p.Compat == CompatSageMaker {
+		for _, f := range []struct{ path, data string }{
+			{p.ResourceConfigFile(), p.ResourceConfigJSON(p.host())},
+			{p.InputDataConfigFile(), p.InputDataConfigJSON()},
+		} {
+			if err := c.writeFile(f.path, []byte(f.data), 0o644); err != nil {
+				return nil, fmt.Errorf("write SageMaker config: %w", err)
+			}
+		}
+	}
 
 	for _, ch := range p.Inputs {
 		mp := p.InputDir(ch)
@@ -255,9 +270,6 @@ func (r *Runner) childEnv(vars []Var, log *slog.Logger) []string {
 		base = os.Environ()
 	}
 	drop := map[string]bool{"PAI_HPS": true, "PAI_USER_ARGS": true}
-	if r.Plan.Compat == CompatSageMaker {
-		drop["SM_HPS"], drop["SM_USER_ARGS"] = true, true
-	}
 	for _, v := range vars {
 		drop[v.Name] = true
 	}
@@ -272,7 +284,11 @@ func (r *Runner) childEnv(vars []Var, log *slog.Logger) []string {
 		switch {
 		case withhold[name]:
 			withheld = append(withheld, name)
-		case !drop[name]:
+		case drop[name]:
+		case r.Plan.Compat == CompatSageMaker && strings.HasPrefix(name, "SM_"):
+			// A stale SM_* (an oversized aggregate left out, or one the
+			// toolkit reads, SM_HP_MP_PARAMETERS) must not leak in.
+		default:
 			env = append(env, kv)
 		}
 	}

@@ -69,6 +69,9 @@ type Plan struct {
 	Root string
 	// Compat is "" or CompatSageMaker.
 	Compat string
+	// Host, when set, gives the host facts of the SageMaker variables
+	// (SM_NUM_GPUS, ...); nil means DetectHost when they are computed.
+	Host *Host
 }
 
 // Options adjust how a spec is read.

@@ -78,6 +78,9 @@ func (ps *parser) check(r *raw) *Plan {
 	}
 
 	ps.checkHyperparameters(p, r.hps)
+	if p.Compat == CompatSageMaker {
+		ps.checkSageMaker(p)
+	}
 
 	inputNames := map[string]bool{}
 	p.Inputs = ps.checkChannels("inputs", "PAI_INPUT_", r.inputs, nil)
@@ -198,4 +201,33 @@ func (ps *parser) checkChannels(field, prefix string, in []namedURI, clash map[s
 		}
 	}
 	return out
+}
+
+// checkSageMaker applies what compat sagemaker adds: each user
+// hyperparameter becomes SM_HP_<name.upper()>, which must be a name an
+// environment can hold and must not collide with another's, and the
+// hyperparameters the toolkit itself interprets must have a type it accepts.
+func (ps *parser) checkSageMaker(p *Plan) {
+	byVar := map[string]string{}
+	for _, hp := range p.Hyperparameters {
+		field := "hyperparameters." + hp.Name
+		if isSageMakerHyperparameter(hp.Name) {
+			if hp.Name == "sagemaker_distribution_instance_groups" {
+				if _, ok := pyLoadsOrString(hp.Value).(pyList); !ok {
+					ps.addf(field, "%q: want a JSON list of instance group names, e.g. [\"%s\"]", hp.Value, smInstanceGroup)
+				}
+			}
+			continue
+		}
+		v := smHPVar(hp.Name)
+		if strings.Contains(hp.Name, "=") {
+			ps.addf(field, "with compat sagemaker the name becomes %s, and no environment variable name can hold '='", v)
+			continue
+		}
+		if other, dup := byVar[v]; dup {
+			ps.addf(field, "%q and %q both become %s; rename one", other, hp.Name, v)
+			continue
+		}
+		byVar[v] = hp.Name
+	}
 }
