@@ -70,6 +70,9 @@ func TestEnvShellEval(t *testing.T) {
 		got[k] = v
 	}
 	for k, v := range want {
+		if strings.ContainsAny(k, "-.学") {
+			continue // SM_HP_学习率, SM_CHANNEL_TRAIN-DATA.V1: no shell names, left as comments
+		}
 		if got[k] != v {
 			t.Errorf("after eval %s = %q, want %q", k, got[k], v)
 		}
