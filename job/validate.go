@@ -129,37 +129,39 @@ func (ps *parser) check(r *raw) *Plan {
 func (ps *parser) checkHyperparameters(p *Plan, hps []Hyperparameter) {
 	byVar := map[string]string{}
 	byName := map[string]bool{}
-	for _, hp := range hps {
+	for i, hp := range hps {
 		field := "hyperparameters." + hp.Name
+		line := ps.hpLines[i] // each at its own line, even when names repeat
+		addf := func(field, format string, args ...any) { ps.addAt(line, field, format, args...) }
 		ok := true
 		if hp.Name == "" {
-			ps.addf("hyperparameters", "empty name")
+			addf("hyperparameters", "empty name")
 			ok = false
 		}
 		if byName[hp.Name] && hp.Name != "" {
-			ps.addf(field, "given more than once")
+			addf(field, "given more than once")
 			continue
 		}
 		byName[hp.Name] = true
 		if strings.ContainsRune(hp.Name, 0) {
-			ps.addf(field, "name contains a NUL byte")
+			addf(field, "name contains a NUL byte")
 			ok = false
 		}
 		if strings.ContainsRune(hp.Value, 0) {
-			ps.addf(field, "value contains a NUL byte, which no environment variable can carry")
+			addf(field, "value contains a NUL byte, which no environment variable can carry")
 			ok = false
 		}
 		v := "PAI_HPS_" + VarName(hp.Name)
 		if hp.Name != "" {
 			if other, dup := byVar[v]; dup {
-				ps.addf(field, "%q and %q both become %s; rename one", other, hp.Name, v)
+				addf(field, "%q and %q both become %s; rename one", other, hp.Name, v)
 				ok = false
 			} else {
 				byVar[v] = hp.Name
 			}
 		}
 		if !fitsEnv(v, hp.Value) {
-			ps.addf(field, "value is %d bytes; %s=value must fit in %d bytes to reach a process", len(hp.Value), v, maxEnvString-1)
+			addf(field, "value is %d bytes; %s=value must fit in %d bytes to reach a process", len(hp.Value), v, maxEnvString-1)
 			ok = false
 		}
 		if ok {
@@ -176,6 +178,10 @@ func (ps *parser) checkChannels(field, prefix string, in []namedURI, clash map[s
 	byName := map[string]bool{}
 	for _, c := range in {
 		f := field + "." + c.name
+		if c.name == "" {
+			ps.addAt(ps.lines[f], field, "empty channel name")
+			continue
+		}
 		ok := true
 		if byName[c.name] {
 			ps.addf(f, "given more than once")
