@@ -111,6 +111,22 @@ func (r *Runner) Run(ctx context.Context) (status int, err error) {
 	for _, w := range warnings {
 		log.Warn(w)
 	}
+	if shell {
+		// SageMaker keeps names such as SM_HP_BATCH-SIZE; a shell cannot
+		// hold them, and dash (Debian's /bin/sh) drops them from the
+		// environment of what it runs, as it would under the toolkit's
+		// own shell entry points.
+		var odd []string
+		for _, v := range vars {
+			if !isShellName(v.Name) {
+				odd = append(odd, v.Name)
+			}
+		}
+		if len(odd) > 0 {
+			log.Warn("some job variables are no shell names and /bin/sh may drop them before the command sees them; give the command as a list (argv) to keep them",
+				"variables", strings.Join(odd, ","))
+		}
+	}
 
 	// A signal while mounting or copying the code cancels that work and
 	// the command never starts. The context stays alive until the end, as
