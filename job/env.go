@@ -14,8 +14,9 @@ type Var struct {
 // working directories, the aggregate hyperparameter variables, one variable
 // per hyperparameter, input channels, output channels, then, when compat
 // is sagemaker, TRAINING_JOB_NAME and the SM_* variables in the training
-// toolkit's order (host facts from p.Host, or DetectHost). warnings name aggregate variables left out
-// because they would exceed what execve accepts (the file stays authoritative).
+// toolkit's order (host facts from p.Host, or DetectHost). warnings name
+// variables left out because execve would refuse them (too long, or a NUL
+// byte); hyperparameters.json stays authoritative.
 func (p *Plan) Env() (vars []Var, warnings []string) {
 	add := func(name, value string) { vars = append(vars, Var{name, value}) }
 	addAggregate := func(name, value string) {
