@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -199,5 +201,39 @@ func TestSageMakerNULLeftOut(t *testing.T) {
 	}
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "SM_HP_A left out") {
 		t.Errorf("warnings = %q", warnings)
+	}
+}
+
+// TestDetectHost: the CPU count is Python's multiprocessing.cpu_count() on
+// this machine, and GPUs and Neuron cores are counted from nvidia-smi and
+// neuron-ls output as the toolkit counts them (fake tools on PATH).
+func TestDetectHost(t *testing.T) {
+	out, err := exec.Command("/usr/bin/python3", "-c", "import multiprocessing; print(multiprocessing.cpu_count())").Output()
+	if err != nil {
+		t.Fatalf("python3: %v", err)
+	}
+	h := DetectHost()
+	if want, _ := strconv.Atoi(strings.TrimSpace(string(out))); h.NumCPUs != want {
+		t.Errorf("NumCPUs = %d, want multiprocessing.cpu_count() = %d", h.NumCPUs, want)
+	}
+	if h.Name != "algo-1" || h.NetworkInterface == "" {
+		t.Errorf("host %+v", h)
+	}
+
+	bin := t.TempDir()
+	tools := map[string]string{
+		"nvidia-smi": "#!/bin/sh\n[ \"$1\" = --list-gpus ] || exit 2\nprintf 'GPU 0: A100 (UUID: GPU-1)\\nGPU 1: A100 (UUID: GPU-2)\\nMIG 1g.5gb Device 0\\n'\n",
+		"neuron-ls":  "#!/bin/sh\n[ \"$1\" = -j ] || exit 2\necho '[{\"nc_count\": 2}, {\"nc_count\": 2}]'\n",
+		"smddprun":   "#!/bin/sh\n",
+	}
+	for name, script := range tools {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	h = DetectHost()
+	if h.NumGPUs != 2 || h.NumNeurons != 4 || !h.SMDDPRun || h.SMDDPMPRun {
+		t.Errorf("with fake tools: %+v", h)
 	}
 }
