@@ -131,7 +131,10 @@ func (ps *parser) checkHyperparameters(p *Plan, hps []Hyperparameter) {
 	byName := map[string]bool{}
 	for i, hp := range hps {
 		field := "hyperparameters." + hp.Name
-		line := ps.hpLines[i] // each at its own line, even when names repeat
+		line := 0 // each at its own line, even when names repeat
+		if i < len(ps.hpLines) {
+			line = ps.hpLines[i]
+		}
 		addf := func(field, format string, args ...any) { ps.addAt(line, field, format, args...) }
 		ok := true
 		if hp.Name == "" {
