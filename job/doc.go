@@ -18,7 +18,7 @@
 //	outputs          channel -> directory URI
 //	output_path      base URI of the default output channels
 //	root             layout root (absolute; default /ml)
-//	compat           "sagemaker" to set the SM_* variables as well
+//	compat           "sagemaker" to set the SM_* variables as well ("none": off)
 //
 // Every problem is reported at once, each with its line and field.
 //
@@ -41,16 +41,25 @@
 //     escaping HTML characters or non-ASCII text.
 //   - A value that cannot fit in one environment variable (128 KiB) or
 //     holds a NUL byte is a validation error; an aggregate variable
-//     (PAI_HPS, PAI_USER_ARGS, SM_HPS, SM_USER_ARGS) that would not fit is
-//     left out with a warning.
-//   - With compat sagemaker, SM_CHANNEL_<CH> is the channel's directory even
-//     for a single-object channel (SageMaker code joins file names onto it),
-//     and SM_OUTPUT_DATA_DIR is a fifth default output channel, "data".
+//     (PAI_HPS, PAI_USER_ARGS, SM_HPS, SM_USER_ARGS, SM_TRAINING_ENV, ...)
+//     that would not fit is left out with a warning.
+//   - With compat sagemaker, mlfsd writes resourceconfig.json and
+//     inputdataconfig.json too and sets TRAINING_JOB_NAME and exactly the
+//     variables sagemaker-training-toolkit's Environment().to_env_vars()
+//     derives from those files (sagemaker.go; test vectors from the
+//     toolkit's own code under testdata/sagemaker). The differences, all
+//     deliberate: SM_MODEL_DIR is <root>/output/model and SM_MODULE_DIR
+//     <root>/usercode (the PAI layout); SM_OUTPUT_DATA_DIR is a fifth
+//     default output channel, "data", without a host suffix, as in the
+//     toolkit's code; host facts come from DetectHost; what the toolkit
+//     reads from its own process environment is taken as unset. SM_CHANNEL_<CH>
+//     is the channel's directory even for a single-object channel.
 //   - In an argv-list command, an element that is exactly $PAI_USER_ARGS
 //     (or ${PAI_USER_ARGS}) becomes the hyperparameters as separate
 //     arguments: the lossless form of `train $PAI_USER_ARGS`.
 //   - Env order: PAI_JOB_NAME, PAI_CONFIG_DIR, PAI_WORKING_DIR, PAI_HPS,
-//     PAI_USER_ARGS, PAI_HPS_*, PAI_INPUT_*, PAI_OUTPUT_*, then SM_*.
+//     PAI_USER_ARGS, PAI_HPS_*, PAI_INPUT_*, PAI_OUTPUT_*, then
+//     TRAINING_JOB_NAME and SM_* in the toolkit's order.
 //   - The environment formats are described at FormatShell, FormatDotenv
 //     and FormatJSON.
 package job

@@ -1,9 +1,7 @@
 package job
 
 import (
-	"bytes"
 	"fmt"
-	"path/filepath"
 	"strings"
 )
 
@@ -14,9 +12,11 @@ type Var struct {
 
 // Env returns the job environment in a fixed order: job name, config and
 // working directories, the aggregate hyperparameter variables, one variable
-// per hyperparameter, input channels, output channels, then the SageMaker
-// variables when compat is on. warnings name aggregate variables left out
-// because they would exceed what execve accepts (the file stays authoritative).
+// per hyperparameter, input channels, output channels, then, when compat
+// is sagemaker, TRAINING_JOB_NAME and the SM_* variables in the training
+// toolkit's order (host facts from p.Host, or DetectHost). warnings name
+// variables left out because execve would refuse them (too long, or a NUL
+// byte); hyperparameters.json stays authoritative.
 func (p *Plan) Env() (vars []Var, warnings []string) {
 	add := func(name, value string) { vars = append(vars, Var{name, value}) }
 	addAggregate := func(name, value string) {
@@ -45,30 +45,21 @@ func (p *Plan) Env() (vars []Var, warnings []string) {
 	}
 
 	if p.Compat == CompatSageMaker {
-		addAggregate("SM_HPS", hps)
-		addAggregate("SM_USER_ARGS", p.userArgsJSON())
-		for _, hp := range p.Hyperparameters {
-			add("SM_HP_"+VarName(hp.Name), hp.Value)
-		}
-		var ch bytes.Buffer
-		ch.WriteByte('[')
-		for i, c := range p.Inputs {
-			if i > 0 {
-				ch.WriteString(", ")
+		for _, v := range p.sageMakerEnv(p.host()) {
+			if strings.ContainsRune(v.Value, 0) {
+				// Only a JSON \u0000 inside a value gets here: SM_HP_<NAME>
+				// carries the decoded string, as the toolkit would (and then
+				// fail to exec).
+				warnings = append(warnings, fmt.Sprintf("%s left out: its value holds a NUL byte (a JSON \\u0000 in the hyperparameter), which no environment variable can carry; read %s instead",
+					v.Name, p.HyperparametersFile()))
+				continue
 			}
-			writeJSONString(&ch, c.Name)
+			if v.aggregate {
+				addAggregate(v.Name, v.Value)
+			} else {
+				add(v.Name, v.Value)
+			}
 		}
-		ch.WriteByte(']')
-		add("SM_CHANNELS", ch.String())
-		for _, c := range p.Inputs {
-			// A SageMaker channel is always a directory (code joins file
-			// names onto it), so a single-object channel points at its
-			// directory here, unlike PAI_INPUT_<CH>.
-			add("SM_CHANNEL_"+c.Var, p.InputDir(c))
-		}
-		add("SM_MODEL_DIR", filepath.Join(p.Root, "output", "model"))
-		add("SM_OUTPUT_DATA_DIR", filepath.Join(p.Root, "output", "data"))
-		add("SM_INPUT_CONFIG_DIR", p.ConfigDir())
 	}
 	return vars, warnings
 }
@@ -95,18 +86,4 @@ func (p *Plan) UserArgv() []string {
 		argv = append(argv, "--"+hp.Name, hp.Value)
 	}
 	return argv
-}
-
-// userArgsJSON is SM_USER_ARGS: the JSON list "--name", "value", ...
-func (p *Plan) userArgsJSON() string {
-	var b bytes.Buffer
-	b.WriteByte('[')
-	for i, a := range p.UserArgv() {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		writeJSONString(&b, a)
-	}
-	b.WriteByte(']')
-	return b.String()
 }

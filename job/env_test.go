@@ -3,6 +3,7 @@ package job
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,6 +139,13 @@ func TestShellEvalRoundTrip(t *testing.T) {
 			got[k] = v
 		}
 		for _, v := range vars {
+			if !isShellName(v.Name) {
+				// SM_HP_TRAILING-NEWLINES and the like: a comment, not set.
+				if _, ok := got[v.Name]; ok || !strings.Contains(b.String(), "\n# not a shell name: "+v.Name+"\n") {
+					t.Errorf("%s: %s is no shell name, want it as a comment line only", sh, v.Name)
+				}
+				continue
+			}
 			if got[v.Name] != v.Value {
 				t.Errorf("%s: %s = %q after eval, want %q", sh, v.Name, trunc(got[v.Name]), trunc(v.Value))
 			}
@@ -178,7 +186,7 @@ func TestDotenvRoundTrip(t *testing.T) {
 			t.Errorf("variable %d: read back %q=%q, want %q=%q", i, got[i].Name, trunc(got[i].Value), vars[i].Name, trunc(vars[i].Value))
 		}
 	}
-	for _, bad := range []string{"X=unquoted\n", "X=\"a\"b\"\n", "X=\"a\\\"\n", "X=\"\\q\"\n"} {
+	for _, bad := range []string{"X\n", "X=\"a\"b\"\n", "X=\"a\\\"\n", "X=\"\\q\"\n"} {
 		if _, err := ParseDotenv(strings.NewReader(bad)); err == nil {
 			t.Errorf("ParseDotenv(%q) accepted it", bad)
 		}
@@ -264,12 +272,12 @@ func TestOversizedAggregates(t *testing.T) {
 	p = mustParse(t, "name: x\ncompat: sagemaker\nhyperparameters:\n  a: "+big+"\n  b: "+big[:40*1024]+"\n", Options{})
 	vars, warnings = p.Env()
 	m := envMap(vars)
-	for _, name := range []string{"PAI_HPS", "PAI_USER_ARGS", "SM_HPS", "SM_USER_ARGS"} {
+	for _, name := range []string{"PAI_HPS", "PAI_USER_ARGS", "SM_HPS", "SM_USER_ARGS", "SM_TRAINING_ENV"} {
 		if _, ok := m[name]; ok {
 			t.Errorf("%s kept although it exceeds 128 KiB", name)
 		}
 	}
-	if len(warnings) != 4 || !strings.Contains(warnings[0], "PAI_HPS left out") || !strings.Contains(warnings[0], "hyperparameters.json") {
+	if len(warnings) != 5 || !strings.Contains(warnings[0], "PAI_HPS left out") || !strings.Contains(warnings[0], "hyperparameters.json") {
 		t.Errorf("warnings = %q", warnings)
 	}
 	if m["PAI_HPS_A"] != big || m["PAI_HPS_B"] != big[:40*1024] || m["SM_HP_A"] != big {
@@ -368,19 +376,87 @@ func TestYAMLFlowMapping(t *testing.T) {
 
 // TestDotenvWithPythonDotenv reads the dotenv format with the real
 // python-dotenv (Debian python3-dotenv): every value comes back exactly
-// with interpolation off, and every value without "${" with it on. Values
-// ending in a backslash are left out: python-dotenv's quoted-value pattern
-// cannot end in an escaped backslash (documented at FormatDotenv).
+// with interpolation off, and every value without "${" with it on,
+// including values that end in a backslash.
 func TestDotenvWithPythonDotenv(t *testing.T) {
 	p := trickyPlan()
-	var hps []Hyperparameter
-	for _, hp := range p.Hyperparameters {
-		if !strings.HasSuffix(hp.Value, `\`) {
-			hps = append(hps, hp)
+	p.Compat = CompatSageMaker
+	p.Hyperparameters = append(p.Hyperparameters, Hyperparameter{"inner-backslashes", `C:\path\n\\x`},
+		Hyperparameter{"with space", `x\`}, Hyperparameter{"hash#", `"y\\"`})
+	vars, _ := p.Env()
+	got := readWithPythonDotenv(t, vars)
+	for _, v := range vars {
+		if got[0][v.Name] == nil || *got[0][v.Name] != v.Value {
+			t.Errorf("python-dotenv read %s = %s, want %q", v.Name, show(got[0][v.Name]), trunc(v.Value))
+		}
+		if !strings.Contains(v.Value, "${") && (got[1][v.Name] == nil || *got[1][v.Name] != v.Value) {
+			t.Errorf("python-dotenv (interpolating) read %s = %s, want %q", v.Name, show(got[1][v.Name]), trunc(v.Value))
 		}
 	}
-	p.Hyperparameters = append(hps, Hyperparameter{"inner-backslashes", `C:\path\n\\x`})
-	vars, _ := p.Env()
+	if len(got[0]) != len(vars) {
+		t.Errorf("python-dotenv read %d variables, want %d", len(got[0]), len(vars))
+	}
+}
+
+// TestDotenvTrailingBackslash: a value ending in a backslash never swallows
+// the next variable in python-dotenv; it is written unquoted when
+// python-dotenv reads that literally, else as a comment line, and names
+// python-dotenv cannot read bare are single-quoted.
+func TestDotenvTrailingBackslash(t *testing.T) {
+	vars := []Var{
+		{"A", `ends\`}, {"B", "next"}, {"C", `C:\path\n\\`}, {"D", "line1\nline2\\"},
+		{"E", `"quoted\`}, {"F", ` lead\`}, {"G", `a #b\`}, {"H", `a#b\`}, {"I", "\u00a0x\\"},
+		{"J", "x\x1c#\\"}, {"K", "x\x1c\\"}, {"L", `\`}, {"M", `'\`}, {"N", "\tx\\"},
+		{"SM_HP_WITH SPACE", "x"}, {"SM_HP_A#B", `y\`}, {"SM_HP_IT'S X", "z"}, {"SM_HP_IT'S", `z\`},
+		{"SM_HP_学习率", "0.5"}, {"Z", "last"},
+	}
+	unrepresentable := map[string]bool{"D": true, "E": true, "F": true, "G": true, "I": true, "J": true, "M": true, "N": true, "SM_HP_IT'S X": true}
+	var b bytes.Buffer
+	if err := WriteEnv(&b, FormatDotenv, vars); err != nil {
+		t.Fatal(err)
+	}
+	ours, err := ParseDotenv(bytes.NewReader(b.Bytes()))
+	if err != nil {
+		t.Fatalf("ParseDotenv: %v\n%s", err, b.String())
+	}
+	oursMap := envMap(ours)
+	py := readWithPythonDotenv(t, vars)
+	for _, v := range vars {
+		if unrepresentable[v.Name] {
+			if _, ok := py[0][v.Name]; ok {
+				t.Errorf("%s: python-dotenv read it, want it left out", v.Name)
+			}
+			if _, ok := oursMap[v.Name]; ok {
+				t.Errorf("%s: ParseDotenv read it, want it left out", v.Name)
+			}
+			if !strings.Contains(b.String(), "# not representable in dotenv: "+v.Name+"\n") {
+				t.Errorf("%s: no comment line", v.Name)
+			}
+			continue
+		}
+		if py[0][v.Name] == nil || *py[0][v.Name] != v.Value {
+			t.Errorf("python-dotenv read %s = %s, want %q\n%s", v.Name, show(py[0][v.Name]), v.Value, b.String())
+		}
+		if oursMap[v.Name] != v.Value {
+			t.Errorf("ParseDotenv read %s = %q, want %q", v.Name, oursMap[v.Name], v.Value)
+		}
+	}
+	if len(py[0]) != len(vars)-len(unrepresentable) {
+		t.Errorf("python-dotenv read %d variables, want %d:\n%s", len(py[0]), len(vars)-len(unrepresentable), b.String())
+	}
+}
+
+func show(s *string) string {
+	if s == nil {
+		return "nothing"
+	}
+	return fmt.Sprintf("%q", trunc(*s))
+}
+
+// readWithPythonDotenv writes vars in the dotenv format and reads them
+// with python-dotenv, without and with interpolation.
+func readWithPythonDotenv(t *testing.T, vars []Var) [2]map[string]*string {
+	t.Helper()
 	var b bytes.Buffer
 	if err := WriteEnv(&b, FormatDotenv, vars); err != nil {
 		t.Fatal(err)
@@ -396,16 +472,9 @@ print(json.dumps([dotenv.dotenv_values(sys.argv[1], interpolate=False), dotenv.d
 	if err != nil {
 		t.Fatalf("python-dotenv (apt package python3-dotenv): %v", err)
 	}
-	var got []map[string]string
+	var got [2]map[string]*string
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range vars {
-		if got[0][v.Name] != v.Value {
-			t.Errorf("python-dotenv read %s = %q, want %q", v.Name, trunc(got[0][v.Name]), trunc(v.Value))
-		}
-		if !strings.Contains(v.Value, "${") && got[1][v.Name] != v.Value {
-			t.Errorf("python-dotenv (interpolating) read %s = %q, want %q", v.Name, trunc(got[1][v.Name]), trunc(v.Value))
-		}
-	}
+	return got
 }

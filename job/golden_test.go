@@ -15,6 +15,9 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // a '%', which ${SPEC_DIR} must carry through URI escaping.
 const goldenSpecDir = "/specs dir/100%"
 
+// goldenHost stands in for the machine in the SageMaker variables.
+var goldenHost = Host{Name: DefaultHostName, NumCPUs: 4, NetworkInterface: "eth0"}
+
 // goldenCases are the valid specs under testdata/specs and their options.
 var goldenCases = []struct {
 	file string
@@ -77,6 +80,8 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			h := goldenHost
+			p.Host = &h
 			checkGolden(t, name+".hyperparameters.json", []byte(p.HyperparametersJSON()))
 			vars, warnings := p.Env()
 			if len(warnings) > 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 
 	"gopkg.in/yaml.v3"
 )
@@ -19,11 +20,19 @@ func looksLikeJSON(data []byte) bool {
 }
 
 // jsonToNode parses a JSON document into a YAML node tree, keeping key
-// order and the literal text of numbers (1e-5 stays 1e-5).
+// order, the literal text of numbers (1e-5 stays 1e-5) and the line of
+// every key and value, so problems in a JSON spec name their line too.
 func jsonToNode(data []byte) (*yaml.Node, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	n, err := jsonValue(dec)
+	var newlines []int // offsets of the '\n' bytes
+	for i, c := range data {
+		if c == '\n' {
+			newlines = append(newlines, i)
+		}
+	}
+	j := jsonReader{dec: dec, newlines: newlines}
+	n, err := j.value()
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +42,21 @@ func jsonToNode(data []byte) (*yaml.Node, error) {
 	return n, nil
 }
 
-func jsonValue(dec *json.Decoder) (*yaml.Node, error) {
+// jsonReader turns decoder tokens into nodes that carry their line.
+type jsonReader struct {
+	dec      *json.Decoder
+	newlines []int
+}
+
+// line is the line of the token just read: the one its last byte is on
+// (a JSON token never spans lines).
+func (j *jsonReader) line() int {
+	end := int(j.dec.InputOffset()) - 1
+	return 1 + sort.SearchInts(j.newlines, end)
+}
+
+func (j *jsonReader) value() (*yaml.Node, error) {
+	dec := j.dec
 	tok, err := dec.Token()
 	if errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("offset %d: unexpected end of the document", dec.InputOffset())
@@ -44,23 +67,24 @@ func jsonValue(dec *json.Decoder) (*yaml.Node, error) {
 	case json.Delim:
 		switch t {
 		case '{':
-			n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+			n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: j.line()}
 			for dec.More() {
 				k, err := dec.Token()
 				if err != nil {
 					return nil, fmt.Errorf("offset %d: %w", dec.InputOffset(), err)
 				}
-				v, err := jsonValue(dec)
+				kn := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k.(string), Line: j.line()}
+				v, err := j.value()
 				if err != nil {
 					return nil, err
 				}
-				n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: k.(string)}, v)
+				n.Content = append(n.Content, kn, v)
 			}
 			return n, closing(dec)
 		case '[':
-			n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+			n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Line: j.line()}
 			for dec.More() {
-				v, err := jsonValue(dec)
+				v, err := j.value()
 				if err != nil {
 					return nil, err
 				}
@@ -70,17 +94,17 @@ func jsonValue(dec *json.Decoder) (*yaml.Node, error) {
 		}
 		return nil, fmt.Errorf("offset %d: unexpected %v", dec.InputOffset(), t)
 	case string:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: t}, nil
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: t, Line: j.line()}, nil
 	case json.Number:
 		tag := "!!int"
 		if bytes.ContainsAny([]byte(t), ".eE") {
 			tag = "!!float"
 		}
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: t.String()}, nil
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: t.String(), Line: j.line()}, nil
 	case bool:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: fmt.Sprint(t)}, nil
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: fmt.Sprint(t), Line: j.line()}, nil
 	case nil:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null", Line: j.line()}, nil
 	}
 	return nil, fmt.Errorf("offset %d: unexpected token %v", dec.InputOffset(), tok)
 }

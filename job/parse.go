@@ -206,6 +206,7 @@ func (ps *parser) hyperparameters(n *yaml.Node) []Hyperparameter {
 			val = b.String()
 		}
 		hps = append(hps, Hyperparameter{Name: k.Value, Value: val})
+		ps.hpLines = append(ps.hpLines, k.Line)
 	}
 	return hps
 }

@@ -102,9 +102,30 @@ func (r *Runner) Run(ctx context.Context) (status int, err error) {
 	if len(argv) == 0 {
 		return 0, errors.New("no command: give one in the spec (command) or after --")
 	}
+	if r.Plan.Compat == CompatSageMaker && r.Plan.Host == nil {
+		// Once, so resourceconfig.json and SM_* report the same host.
+		h := DetectHost()
+		r.Plan.Host = &h
+	}
 	vars, warnings := r.Plan.Env()
 	for _, w := range warnings {
 		log.Warn(w)
+	}
+	if shell {
+		// SageMaker keeps names such as SM_HP_BATCH-SIZE; a shell cannot
+		// hold them, and dash (Debian's /bin/sh) drops them from the
+		// environment of what it runs, as it would under the toolkit's
+		// own shell entry points.
+		var odd []string
+		for _, v := range vars {
+			if !isShellName(v.Name) {
+				odd = append(odd, v.Name)
+			}
+		}
+		if len(odd) > 0 {
+			log.Warn("some job variables are no shell names and /bin/sh may drop them before the command sees them; give the command as a list (argv) to keep them",
+				"variables", strings.Join(odd, ","))
+		}
 	}
 
 	// A signal while mounting or copying the code cancels that work and
@@ -195,6 +216,16 @@ func (r *Runner) start(ctx context.Context, log *slog.Logger) (mounts []mount, e
 	if err := c.writeFile(p.HyperparametersFile(), []byte(p.HyperparametersJSON()), 0o644); err != nil {
 		return nil, fmt.Errorf("write hyperparameters: %w", err)
 	}
+	if p.Compat == CompatSageMaker {
+		for _, f := range []struct{ path, data string }{
+			{p.ResourceConfigFile(), p.ResourceConfigJSON(p.host())},
+			{p.InputDataConfigFile(), p.InputDataConfigJSON()},
+		} {
+			if err := c.writeFile(f.path, []byte(f.data), 0o644); err != nil {
+				return nil, fmt.Errorf("write SageMaker config: %w", err)
+			}
+		}
+	}
 
 	for _, ch := range p.Inputs {
 		mp := p.InputDir(ch)
@@ -255,9 +286,6 @@ func (r *Runner) childEnv(vars []Var, log *slog.Logger) []string {
 		base = os.Environ()
 	}
 	drop := map[string]bool{"PAI_HPS": true, "PAI_USER_ARGS": true}
-	if r.Plan.Compat == CompatSageMaker {
-		drop["SM_HPS"], drop["SM_USER_ARGS"] = true, true
-	}
 	for _, v := range vars {
 		drop[v.Name] = true
 	}
@@ -272,7 +300,11 @@ func (r *Runner) childEnv(vars []Var, log *slog.Logger) []string {
 		switch {
 		case withhold[name]:
 			withheld = append(withheld, name)
-		case !drop[name]:
+		case drop[name]:
+		case r.Plan.Compat == CompatSageMaker && strings.HasPrefix(name, "SM_"):
+			// A stale SM_* (an oversized aggregate left out, or one the
+			// toolkit reads, SM_HP_MP_PARAMETERS) must not leak in.
+		default:
 			env = append(env, kv)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -564,6 +565,84 @@ func TestRunSignalReachesTheWholeJob(t *testing.T) {
 		if time.Now().After(deadline) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("the job's background process %d survived the signal", pid)
+		}
+	}
+}
+
+// TestRunSageMaker: with compat sagemaker the command sees every SM_*
+// variable, names a shell cannot hold included, and reads
+// resourceconfig.json and inputdataconfig.json next to hyperparameters.json;
+// inherited SM_* variables do not leak in. A failed start removes the two
+// files again.
+func TestRunSageMaker(t *testing.T) {
+	spec := "name: sm run\ncompat: sagemaker\nhyperparameters:\n  batch-size: 32\n  lr: 1e-5\ninputs:\n  train: nas:///data/train.csv\noutput_path: nas:///out/\n"
+	r, _, out := newRunner(t, spec)
+	r.Environ = append(r.Environ, "SM_HP_MP_PARAMETERS={\"x\":1}", "SM_STALE=1")
+	// An argv command, as the toolkit runs a Python entry point: /bin/sh
+	// (dash) would drop SM_HP_BATCH-SIZE, a name no shell can hold.
+	r.Command = []string{"env", "-0"}
+	if status, err := r.Run(context.Background()); status != 0 || err != nil {
+		t.Fatalf("Run = %d, %v\n%s", status, err, out)
+	}
+	p := r.Plan
+	if p.Host == nil {
+		t.Fatal("Run did not fix the host facts")
+	}
+	got := map[string]string{}
+	for _, kv := range strings.Split(strings.TrimSuffix(out.String(), "\x00"), "\x00") {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	vars, _ := p.Env()
+	for _, v := range vars {
+		if got[v.Name] != v.Value {
+			t.Errorf("command saw %s=%q, want %q", v.Name, got[v.Name], v.Value)
+		}
+	}
+	if got["SM_HP_BATCH-SIZE"] != "32" || got["SM_HP_LR"] != "1e-05" || got["TRAINING_JOB_NAME"] != "sm run" {
+		t.Errorf("SM_HP_BATCH-SIZE=%q SM_HP_LR=%q TRAINING_JOB_NAME=%q", got["SM_HP_BATCH-SIZE"], got["SM_HP_LR"], got["TRAINING_JOB_NAME"])
+	}
+	for _, stale := range []string{"SM_HP_MP_PARAMETERS", "SM_STALE"} {
+		if _, ok := got[stale]; ok {
+			t.Errorf("inherited %s reached the command", stale)
+		}
+	}
+	data := map[string]string{}
+	for _, f := range []string{p.ResourceConfigFile(), p.InputDataConfigFile(), p.HyperparametersFile()} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[filepath.Base(f)] = string(b)
+	}
+	if data["resourceconfig.json"] != p.ResourceConfigJSON(*p.Host) || data["inputdataconfig.json"] != p.InputDataConfigJSON() ||
+		data["hyperparameters.json"] != p.HyperparametersJSON() {
+		t.Errorf("config files: %q", data)
+	}
+	if !strings.Contains(data["inputdataconfig.json"], `{"train": {"TrainingInputMode": "File"`) {
+		t.Errorf("inputdataconfig.json = %s", data["inputdataconfig.json"])
+	}
+
+	// A shell command is warned that /bin/sh may drop such names.
+	r, _, _ = newRunner(t, spec)
+	var logs bytes.Buffer
+	r.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	r.Command, r.Shell = []string{"true"}, true
+	if status, err := r.Run(context.Background()); status != 0 || err != nil {
+		t.Fatalf("Run = %d, %v", status, err)
+	}
+	if !strings.Contains(logs.String(), "no shell names") || !strings.Contains(logs.String(), "SM_HP_BATCH-SIZE") {
+		t.Errorf("no warning about SM_HP_BATCH-SIZE under sh -c: %s", logs.String())
+	}
+
+	r, fm, _ := newRunner(t, spec)
+	fm.failMount = "train"
+	if _, err := r.Run(context.Background()); err == nil {
+		t.Fatal("want a start error")
+	}
+	for _, f := range []string{r.Plan.ResourceConfigFile(), r.Plan.InputDataConfigFile()} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s left behind: %v", f, err)
 		}
 	}
 }

@@ -69,6 +69,9 @@ type Plan struct {
 	Root string
 	// Compat is "" or CompatSageMaker.
 	Compat string
+	// Host, when set, gives the host facts of the SageMaker variables
+	// (SM_NUM_GPUS, ...); nil means DetectHost when they are computed.
+	Host *Host
 }
 
 // Options adjust how a spec is read.
@@ -148,9 +151,23 @@ func Load(path string, opt Options) (*Plan, error) {
 	return p, err
 }
 
+// CheckCompat reports what is wrong with a compat value given as an option
+// (Options.Compat, the --compat flag): "sagemaker", "none" or "".
+func CheckCompat(compat string) error {
+	switch compat {
+	case "", "none", CompatSageMaker:
+		return nil
+	}
+	return fmt.Errorf("%q: want %q or \"none\"", compat, CompatSageMaker)
+}
+
 // Parse validates a YAML (or JSON) spec. Every problem is reported at once
-// in a *SpecError.
+// in a *SpecError. A bad opt.Compat is the caller's mistake, not the
+// spec's: it is a plain error, returned before the spec is read.
 func Parse(data []byte, opt Options) (*Plan, error) {
+	if err := CheckCompat(opt.Compat); err != nil {
+		return nil, fmt.Errorf("compat option %w", err)
+	}
 	ps := &parser{opt: opt}
 	p := ps.parse(data)
 	if len(ps.problems) > 0 {
@@ -169,6 +186,7 @@ type parser struct {
 	opt      Options
 	problems []Problem
 	lines    map[string]int // field -> line where it was last seen
+	hpLines  []int          // line of each hyperparameter, in the order parsed
 }
 
 // at records the line of field, for the problems reported about it.
@@ -181,6 +199,11 @@ func (ps *parser) at(field string, n *yaml.Node) {
 
 func (ps *parser) addf(field, format string, args ...any) {
 	ps.problems = append(ps.problems, Problem{Line: ps.lines[field], Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// addAt records a problem about field at the given line.
+func (ps *parser) addAt(line int, field, format string, args ...any) {
+	ps.problems = append(ps.problems, Problem{Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
 // has reports whether a problem about field was already reported.

@@ -78,6 +78,9 @@ func (ps *parser) check(r *raw) *Plan {
 	}
 
 	ps.checkHyperparameters(p, r.hps)
+	if p.Compat == CompatSageMaker {
+		ps.checkSageMaker(p)
+	}
 
 	inputNames := map[string]bool{}
 	p.Inputs = ps.checkChannels("inputs", "PAI_INPUT_", r.inputs, nil)
@@ -126,37 +129,42 @@ func (ps *parser) check(r *raw) *Plan {
 func (ps *parser) checkHyperparameters(p *Plan, hps []Hyperparameter) {
 	byVar := map[string]string{}
 	byName := map[string]bool{}
-	for _, hp := range hps {
+	for i, hp := range hps {
 		field := "hyperparameters." + hp.Name
+		line := 0 // each at its own line, even when names repeat
+		if i < len(ps.hpLines) {
+			line = ps.hpLines[i]
+		}
+		addf := func(field, format string, args ...any) { ps.addAt(line, field, format, args...) }
 		ok := true
 		if hp.Name == "" {
-			ps.addf("hyperparameters", "empty name")
+			addf("hyperparameters", "empty name")
 			ok = false
 		}
 		if byName[hp.Name] && hp.Name != "" {
-			ps.addf(field, "given more than once")
+			addf(field, "given more than once")
 			continue
 		}
 		byName[hp.Name] = true
 		if strings.ContainsRune(hp.Name, 0) {
-			ps.addf(field, "name contains a NUL byte")
+			addf(field, "name contains a NUL byte")
 			ok = false
 		}
 		if strings.ContainsRune(hp.Value, 0) {
-			ps.addf(field, "value contains a NUL byte, which no environment variable can carry")
+			addf(field, "value contains a NUL byte, which no environment variable can carry")
 			ok = false
 		}
 		v := "PAI_HPS_" + VarName(hp.Name)
 		if hp.Name != "" {
 			if other, dup := byVar[v]; dup {
-				ps.addf(field, "%q and %q both become %s; rename one", other, hp.Name, v)
+				addf(field, "%q and %q both become %s; rename one", other, hp.Name, v)
 				ok = false
 			} else {
 				byVar[v] = hp.Name
 			}
 		}
 		if !fitsEnv(v, hp.Value) {
-			ps.addf(field, "value is %d bytes; %s=value must fit in %d bytes to reach a process", len(hp.Value), v, maxEnvString-1)
+			addf(field, "value is %d bytes; %s=value must fit in %d bytes to reach a process", len(hp.Value), v, maxEnvString-1)
 			ok = false
 		}
 		if ok {
@@ -173,6 +181,10 @@ func (ps *parser) checkChannels(field, prefix string, in []namedURI, clash map[s
 	byName := map[string]bool{}
 	for _, c := range in {
 		f := field + "." + c.name
+		if c.name == "" {
+			ps.addAt(ps.lines[f], field, "empty channel name")
+			continue
+		}
 		ok := true
 		if byName[c.name] {
 			ps.addf(f, "given more than once")
@@ -198,4 +210,33 @@ func (ps *parser) checkChannels(field, prefix string, in []namedURI, clash map[s
 		}
 	}
 	return out
+}
+
+// checkSageMaker applies what compat sagemaker adds: each user
+// hyperparameter becomes SM_HP_<name.upper()>, which must be a name an
+// environment can hold and must not collide with another's, and the
+// hyperparameters the toolkit itself interprets must have a type it accepts.
+func (ps *parser) checkSageMaker(p *Plan) {
+	byVar := map[string]string{}
+	for _, hp := range p.Hyperparameters {
+		field := "hyperparameters." + hp.Name
+		if isSageMakerHyperparameter(hp.Name) {
+			if hp.Name == "sagemaker_distribution_instance_groups" {
+				if _, ok := pyLoadsOrString(hp.Value).(pyList); !ok {
+					ps.addf(field, "%q: want a JSON list of instance group names, e.g. [\"%s\"]", hp.Value, smInstanceGroup)
+				}
+			}
+			continue
+		}
+		v := smHPVar(hp.Name)
+		if strings.Contains(hp.Name, "=") {
+			ps.addf(field, "with compat sagemaker the name becomes %s, and no environment variable name can hold '='", v)
+			continue
+		}
+		if other, dup := byVar[v]; dup {
+			ps.addf(field, "%q and %q both become %s; rename one", other, hp.Name, v)
+			continue
+		}
+		byVar[v] = hp.Name
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -26,6 +27,9 @@ func (o *jobFlags) load(requireCommand bool) (*job.Plan, error) {
 	if o.spec == "" {
 		return nil, errors.New("--spec is required")
 	}
+	if err := job.CheckCompat(o.compat); err != nil {
+		return nil, fmt.Errorf("--compat %w", err) // the flag's mistake, not the spec's
+	}
 	return job.Load(o.spec, job.Options{Root: o.root, Compat: o.compat, OutputPath: o.outputPath, RequireCommand: requireCommand})
 }
 
@@ -40,11 +44,13 @@ func newEnvCmd(a *app) *cobra.Command {
 
 Formats:
   shell   export NAME='value' lines; eval "$(mlfsd env --spec job.yaml)" restores
-          every value byte for byte (a ' is written '\'')
+          every value byte for byte (a ' is written '\''); a name no shell can hold
+          (SageMaker's SM_HP_BATCH-SIZE) is a "# not a shell name" comment
   dotenv  NAME="value" lines; inside the quotes \\ is a backslash, \" a double quote,
-          \n a newline and \r a carriage return; all else is literal. python-dotenv
-          reads it back, but expands ${NAME} in values and cannot read a value that
-          ends in a backslash: prefer shell or json for such values.
+          \n a newline and \r a carriage return; all else is literal. A value ending
+          in a backslash is written unquoted (NAME=value\), which python-dotenv reads
+          literally; one it cannot read at all is a "# not representable" comment.
+          python-dotenv expands ${NAME} in values unless interpolate=False.
   json    one JSON object of string values, in the same order
 
 ${SPEC_DIR} in the spec's URIs stands for the spec file's directory.`,

@@ -70,6 +70,9 @@ func TestEnvShellEval(t *testing.T) {
 		got[k] = v
 	}
 	for k, v := range want {
+		if strings.ContainsAny(k, "-.学") {
+			continue // SM_HP_学习率, SM_CHANNEL_TRAIN-DATA.V1: no shell names, left as comments
+		}
 		if got[k] != v {
 			t.Errorf("after eval %s = %q, want %q", k, got[k], v)
 		}
@@ -87,8 +90,11 @@ func TestEnvDotenvMatchesJSON(t *testing.T) {
 		t.Errorf("%d lines for %d variables", n, len(want))
 	}
 	for k, v := range want {
-		esc := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\r", `\r`).Replace(v)
-		if !strings.Contains(out, k+`="`+esc+`"`+"\n") {
+		line := k + `="` + strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`, "\r", `\r`).Replace(v) + `"` + "\n"
+		if strings.HasSuffix(v, `\`) {
+			line = k + "=" + v + "\n" // unquoted: python-dotenv cannot end a quoted value in \
+		}
+		if !strings.Contains(out, line) {
 			t.Errorf("dotenv lacks %s=%q", k, v)
 		}
 	}
@@ -104,10 +110,20 @@ func TestEnvErrors(t *testing.T) {
 		{[]string{"env"}, []string{"--spec is required"}},
 		{[]string{"env", "--spec", filepath.Join(t.TempDir(), "none.yaml")}, []string{"no such file"}},
 		{[]string{"env", "--spec", writeSpec(t, "name: x\n"), "--format", "xml"}, []string{"--format: want shell, dotenv or json"}},
-		{[]string{"env", "--spec", writeSpec(t, "name: x\n"), "--compat", "azure"}, []string{`compat: "azure"`}},
+		{[]string{"env", "--spec", writeSpec(t, "name: x\n"), "--compat", "azure"}, []string{`--compat "azure": want "sagemaker" or "none"`}},
+		{[]string{"env", "--spec", writeSpec(t, "name: x\ncompat: azure\n"), "--compat", "none"}, nil}, // the flag overrides the spec
 	}
 	for _, c := range cases {
 		code, out, stderr := runMlfsd(t, c.args...)
+		if c.want == nil {
+			if code != 0 {
+				t.Errorf("mlfsd %v: exit %d: %s", c.args, code, stderr)
+			}
+			continue
+		}
+		if strings.Contains(stderr, "invalid job spec") && strings.Contains(strings.Join(c.args, " "), "azure") {
+			t.Errorf("mlfsd %v: the flag's mistake blamed on the spec: %s", c.args, stderr)
+		}
 		if code == 0 || out != "" {
 			t.Errorf("mlfsd %v: exit %d, stdout %q", c.args, code, out)
 		}
@@ -137,5 +153,42 @@ func TestEnvDropsOversizedAggregate(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "PAI_HPS left out") || !strings.Contains(stderr, "PAI_USER_ARGS left out") {
 		t.Errorf("stderr lacks the warnings: %q", stderr)
+	}
+}
+
+// TestEnvDotenvPythonDotenv: python-dotenv (Debian python3-dotenv) reads
+// `mlfsd env --format dotenv` back to the json format's values, including
+// one that ends in a backslash followed by another variable.
+func TestEnvDotenvPythonDotenv(t *testing.T) {
+	spec := writeSpec(t, trickySpec)
+	want := envJSON(t, "--spec", spec, "--compat", "sagemaker")
+	code, out, stderr := runMlfsd(t, "env", "--spec", spec, "--compat", "sagemaker", "--format", "dotenv")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	file := filepath.Join(t.TempDir(), ".env")
+	if err := os.WriteFile(file, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	py := `import dotenv, json, sys
+print(json.dumps(dotenv.dotenv_values(sys.argv[1], interpolate=False)))`
+	res, err := exec.Command("/usr/bin/python3", "-c", py, file).Output()
+	if err != nil {
+		t.Fatalf("python-dotenv (apt package python3-dotenv): %v", err)
+	}
+	var got map[string]string
+	if err := json.Unmarshal(res, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(want["PAI_HPS_QUOTES"], `\`) {
+		t.Fatalf("the spec lost its value ending in a backslash: %q", want["PAI_HPS_QUOTES"])
+	}
+	if len(got) != len(want) {
+		t.Errorf("python-dotenv read %d variables, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("python-dotenv read %s = %q, want %q", k, got[k], v)
+		}
 	}
 }

@@ -387,8 +387,9 @@ output_path: oss://bkt/job/out/
 		"SM_CHANNEL_TRAIN":      filepath.Join(root, "input/data/train"),
 		"SM_MODEL_DIR":          filepath.Join(root, "output/model"),
 		"SM_OUTPUT_DATA_DIR":    filepath.Join(root, "output/data"),
-		"SM_CHANNELS":           `["train", "validation"]`,
-		"SM_HP_LEARNING_RATE":   "0.05",
+		"SM_CHANNELS":           `["train","validation"]`,
+		"SM_HP_LEARNING-RATE":   "0.05", // the toolkit keeps the '-'; an argv command receives it
+		"SM_HPS":                `{"batch_size":8,"epochs":5,"learning-rate":0.05,"note":"on OSS","optimizer":"sgd with momentum"}`,
 	} {
 		if seen.Env[k] != v {
 			t.Errorf("%s = %q, want %q", k, seen.Env[k], v)
