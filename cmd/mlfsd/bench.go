@@ -18,6 +18,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/all"
 	"github.com/mlfsd/mlfsd/bench"
+	"github.com/mlfsd/mlfsd/node"
 )
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -214,6 +215,7 @@ Workloads:
 		},
 	}
 	fl := c.Flags()
+	node.AddFlags(fl, &a.settings, node.GroupOSS, node.GroupHDFS)
 	fl.StringVar(&workloads, "workloads", "", "comma-separated workloads to run (default: all; ckpt only with --write-dir): "+strings.Join(bench.WorkloadNames(), ","))
 	fl.IntVar(&opt.Threads, "threads", 8, "readers of the parallel workloads (seqN, epoch, random, stat)")
 	fl.IntVar(&opt.Runs, "runs", 3, "timed runs per workload and cache state; figures are their medians")
@@ -326,7 +328,7 @@ func (a *app) benchFS(ctx context.Context, arg string) (fsys bench.FS, release f
 	if err != nil {
 		return nil, nil, err
 	}
-	b, key, err := all.Open(ctx, u, a.backends, a.log)
+	b, key, err := all.Open(ctx, u, a.settings.Backend, a.log)
 	if err != nil {
 		return nil, nil, err
 	}

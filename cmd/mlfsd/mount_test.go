@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mlfsd/mlfsd/fs/fstest"
 )
@@ -73,5 +75,42 @@ func TestVersion(t *testing.T) {
 	code, out, _ := runMlfsd(t, "version")
 	if code != 0 || !strings.HasPrefix(out, "mlfsd ") {
 		t.Fatalf("version: exit %d, %q", code, out)
+	}
+}
+
+// TestMountRecoversStaleMlfsdMount: `mlfsd mount` on a mountpoint that a
+// SIGKILLed mlfsd left stale detaches it and serves the mountpoint again.
+func TestMountRecoversStaleMlfsdMount(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "f"), []byte("first"), 0o644)
+	mnt := t.TempDir()
+	d := startDaemon(t, mlfsdCmd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "nas://"+src+"/", mnt), mnt)
+	// Kill only once mounting is complete (see TestRunStaleMount).
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(d.stderr.String(), "msg=mounted"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("mlfsd mount did not log its mount; stderr:\n%s", d.stderr)
+		}
+	}
+	d.cmd.Process.Kill()
+	<-d.done
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &sfs); err != syscall.ENOTCONN {
+		t.Fatalf("statfs of the killed mount = %v, want ENOTCONN (a stale mount)", err)
+	}
+	os.WriteFile(filepath.Join(src, "g"), []byte("second"), 0o644)
+	d2 := startDaemon(t, mlfsdCmd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "nas://"+src+"/", mnt), mnt)
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(d2.stderr.String(), "msg=mounted"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("mlfsd mount did not recover the stale mount; stderr:\n%s", d2.stderr)
+		}
+	}
+	if !strings.Contains(d2.stderr.String(), "stale mlfsd mount") {
+		t.Errorf("no note of the recovered stale mount in stderr:\n%s", d2.stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, "g")); err != nil || string(got) != "second" {
+		t.Errorf("read g through the recovered mount: %q, %v", got, err)
+	}
+	if err := d2.stop(t); err != nil {
+		t.Errorf("mlfsd mount: %v; stderr:\n%s", err, d2.stderr)
 	}
 }
