@@ -38,7 +38,7 @@ type nodeDaemon struct {
 // startNodeDaemon starts `mlfsd daemon` with its state, socket and cache in
 // dir and waits until its API answers. When the test ends it is killed and
 // every mount under the test's temp dirs detached.
-func startNodeDaemon(t *testing.T, dir string, extra ...string) *nodeDaemon {
+func startNodeDaemon(t testing.TB, dir string, extra ...string) *nodeDaemon {
 	t.Helper()
 	d := &nodeDaemon{socket: filepath.Join(dir, "api.sock"), stateDir: filepath.Join(dir, "state"),
 		stderr: &syncBuffer{}, done: make(chan error, 1)}
@@ -78,14 +78,14 @@ func startNodeDaemon(t *testing.T, dir string, extra ...string) *nodeDaemon {
 }
 
 // detachUnder lazily unmounts whatever is mounted under dir.
-func detachUnder(t *testing.T, dir string) {
+func detachUnder(t testing.TB, dir string) {
 	for _, m := range mountsUnder(t, dir) {
 		syscall.Unmount(m, syscall.MNT_DETACH)
 	}
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (d *nodeDaemon) stop(t *testing.T) {
+func (d *nodeDaemon) stop(t testing.TB) {
 	t.Helper()
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -101,7 +101,7 @@ func (d *nodeDaemon) stop(t *testing.T) {
 
 // client runs an mlfsd client command against the daemon, with the OSS
 // keys in its environment.
-func (d *nodeDaemon) client(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func (d *nodeDaemon) client(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	cmd := mlfsdCmd(t, args...)
 	ossEnv(cmd)
@@ -491,4 +491,38 @@ func TestDaemonHealsAfterSIGKILL(t *testing.T) {
 	if err != nil || !strings.Contains(string(data), `"mounts": null`) && !strings.Contains(string(data), `"mounts": []`) {
 		t.Errorf("mount table after a clean stop: %s, %v", data, err)
 	}
+}
+
+// TestRunThroughDaemon: `mlfsd run --daemon` runs the quickstart job with
+// its channels mounted by the daemon; outputs are drained, nothing stays
+// mounted and the daemon's table is empty afterwards.
+func TestRunThroughDaemon(t *testing.T) {
+	tmp := t.TempDir()
+	root := filepath.Join(tmp, "ml")
+	store := filepath.Join(tmp, "outputs")
+	spec, err := filepath.Abs("../../examples/quickstart/job.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startNodeDaemon(t, t.TempDir())
+	code, stdout, stderr := d.client(t, "run", "--daemon", d.socket, "--spec", spec, "--root", root, "--output-path", "nas://"+store+"/")
+	if code != 0 {
+		t.Fatalf("mlfsd run --daemon: exit %d\nstdout:\n%s\nstderr:\n%s\ndaemon:\n%s", code, stdout, stderr, d.stderr)
+	}
+	if !strings.Contains(stdout, "trained 5 epochs on 64 rows") {
+		t.Errorf("script output %q", stdout)
+	}
+	if data, err := os.ReadFile(filepath.Join(store, "model", "model.json")); err != nil || !strings.Contains(string(data), "val_mse") {
+		t.Errorf("model.json in the store: %q, %v", data, err)
+	}
+	if m := mountsUnder(t, tmp); len(m) > 0 {
+		t.Errorf("still mounted after mlfsd run --daemon: %v", m)
+	}
+	if ms, err := api.NewClient(d.socket).List(context.Background()); err != nil || len(ms) != 0 {
+		t.Errorf("daemon mounts after the job: %v, %v", ms, err)
+	}
+	if code, _, stderr := d.client(t, "run", "--daemon", d.socket, "--cache-dir", tmp, "--spec", spec); code == 0 || !strings.Contains(stderr, "node-wide") {
+		t.Errorf("run --daemon with a node-wide flag: exit %d, %q", code, stderr)
+	}
+	d.stop(t)
 }
