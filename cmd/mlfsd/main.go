@@ -105,6 +105,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newEnvCmd(a),
 		newEmulateCmd(a),
 		newBenchCmd(a),
+		newCSICmd(a), newMountHelperCmd(a), newUmountHelperCmd(a), // csi.go, mounthelper.go
 	)
 	return root
 }
