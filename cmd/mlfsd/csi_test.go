@@ -309,9 +309,11 @@ func TestCSISanityOSS(t *testing.T) {
 	}
 	const keyID, secret = "sanity-key-id", "sanity-secret-d3adb33f"
 	_, ossEndpoint := ossemutest.Start(t, store, ossemu.Options{AccessKeyID: keyID})
+	// Mounts go through the node daemon here (the NAS run mounts in the
+	// plugin's own process).
+	d := startNodeDaemon(t, filepath.Join(root, "daemon"), "--oss-endpoint", ossEndpoint)
 	mountRoot := filepath.Join(root, "mnt")
-	endpoint, logs := startCSI(t, mountRoot, "--cache-dir", filepath.Join(root, "cache"), "--staging-dir", filepath.Join(root, "staging"),
-		"--oss-endpoint", ossEndpoint)
+	endpoint, logs := startCSI(t, mountRoot, "--daemon", d.socket, "--oss-endpoint", ossEndpoint)
 	creds := map[string]string{"oss-access-key-id": keyID, "oss-access-key-secret": secret}
 	runSanity(t, sanity, endpoint, mountRoot,
 		map[string]any{"uri": "oss://bkt/volumes/", "mode": "input"},
@@ -327,6 +329,12 @@ func TestCSISanityOSS(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), secret) {
 		t.Errorf("the OSS secret reached the plugin's log:\n%s", logs)
+	}
+	if strings.Contains(d.stderr.String(), secret) {
+		t.Errorf("the OSS secret reached the daemon's log:\n%s", d.stderr)
+	}
+	if got := d.stderr.String(); !strings.Contains(got, "sanity-node-full") {
+		t.Errorf("the daemon made none of the plugin's mounts; its log:\n%s", got)
 	}
 	if t.Failed() {
 		t.Logf("mlfsd csi logs:\n%s", logs)
