@@ -107,6 +107,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newBenchCmd(a),
 		newCSICmd(a), newMountHelperCmd(a), newUmountHelperCmd(a), // csi.go, mounthelper.go
 	)
+	addVersionFlag(root) // versionflag.go
 	return root
 }
 

@@ -57,6 +57,7 @@ type mountRecord struct {
 // helperOptions is a parsed -o option string.
 type helperOptions struct {
 	readOnly bool
+	uhelper  bool // uhelper= given: mount(8) records the mount in utab itself
 	daemon   string
 	logFile  string
 	flags    []string          // --name=value flags for `mlfsd mount`
@@ -72,6 +73,7 @@ var ignoredMountOptions = map[string]bool{
 	"nosuid": true, "dev": true, "nodev": true, "atime": true, "noatime": true,
 	"relatime": true, "norelatime": true, "strictatime": true, "nodiratime": true,
 	"diratime": true, "async": true, "sync": true, "owner": true, "group": true, "loud": true,
+	"helper": true,
 }
 
 // parseHelperOptions maps -o options to mlfsd flags: ro (an input; without
@@ -95,6 +97,9 @@ func parseHelperOptions(list []string) (helperOptions, error) {
 				continue
 			case name == "ro" && !hasVal:
 				h.readOnly = true
+				continue
+			case name == "uhelper":
+				h.uhelper = true
 				continue
 			case ignoredMountOptions[name] || strings.HasPrefix(name, "x-") || name == "comment":
 				continue
@@ -322,7 +327,10 @@ func (a *app) helperMount(ctx context.Context, source, target string, h helperOp
 		if err != nil {
 			return err
 		}
-		return writeRecord(mountRecord{Target: info.Target, URI: info.URI, Daemon: h.daemon})
+		if err := writeRecord(mountRecord{Target: info.Target, URI: info.URI, Daemon: h.daemon}); err != nil {
+			return err
+		}
+		return registerUmountHelper(source, info.Target, h)
 	}
 
 	exe, err := os.Executable()
@@ -386,8 +394,80 @@ func (a *app) helperMount(ctx context.Context, source, target string, h helperOp
 	if err := writeRecord(mountRecord{Target: abs, URI: source, PID: child.Process.Pid}); err != nil {
 		return err
 	}
+	if err := registerUmountHelper(source, abs, h); err != nil {
+		return err
+	}
 	// The child runs on; this process must not wait for it.
 	return child.Process.Release()
+}
+
+// utabPath is libmount's table of userspace mount options.
+const utabPath = "/run/mount/utab"
+
+// registerUmountHelper makes umount(8) run umount.fuse.mlfsd for target.
+// umount(8) looks a FUSE mount's type up by statfs(2) ("fuse", without the
+// subtype, so no helper of ours) unless libmount's utab has an entry for
+// the target; an entry with uhelper=mlfsd sends it through mountinfo
+// (type fuse.mlfsd) to our helper, and umount(8) drops the entry once the
+// helper succeeded. The entry is written the way libmount writes it:
+// under its lock file, by replacing the file. Skipped when the options
+// carry uhelper= already (mount(8) then writes the entry itself).
+func registerUmountHelper(source, target string, h helperOptions) error {
+	if h.uhelper {
+		return nil
+	}
+	dir := filepath.Dir(utabPath)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("register with umount(8): %w", err)
+	}
+	lock, err := os.OpenFile(utabPath+".lock", os.O_RDONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("register with umount(8): %w", err)
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("register with umount(8): lock %s: %w", lock.Name(), err)
+	}
+	old, err := os.ReadFile(utabPath)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("register with umount(8): %w", err)
+	}
+	var b strings.Builder
+	want := "TARGET=" + mangle(target) + " "
+	for _, l := range strings.Split(string(old), "\n") {
+		if l != "" && !strings.Contains(l, want) { // a stale entry for target goes
+			b.WriteString(l + "\n")
+		}
+	}
+	fmt.Fprintf(&b, "SRC=%s TARGET=%s ROOT=/ OPTS=uhelper=mlfsd\n", mangle(source), mangle(target))
+	tmp, err := os.CreateTemp(dir, "utab.")
+	if err != nil {
+		return fmt.Errorf("register with umount(8): %w", err)
+	}
+	_, werr := tmp.WriteString(b.String())
+	if err := errors.Join(werr, tmp.Chmod(0o644), tmp.Close()); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("register with umount(8): %w", err)
+	}
+	if err := os.Rename(tmp.Name(), utabPath); err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("register with umount(8): %w", err)
+	}
+	return nil
+}
+
+// mangle escapes what separates fields of a utab line, as libmount does.
+func mangle(s string) string {
+	var b strings.Builder
+	for _, c := range []byte(s) {
+		switch c {
+		case ' ', '\t', '\n', '\\':
+			fmt.Fprintf(&b, "\\%03o", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }
 
 // logTail returns what the child logged since offset, trimmed.
