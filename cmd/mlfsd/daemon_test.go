@@ -119,7 +119,14 @@ func (d *nodeDaemon) client(t testing.TB, args ...string) (code int, stdout, std
 // scrape fetches /metrics and parses it with the Prometheus text parser.
 func (d *nodeDaemon) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + d.metrics + "/metrics")
+	return scrapeMetrics(t, d.metrics)
+}
+
+// scrapeMetrics fetches http://addr/metrics and parses it with the
+// Prometheus text parser.
+func scrapeMetrics(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
