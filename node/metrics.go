@@ -37,6 +37,7 @@ type mountMetrics struct {
 	servedBytes  prometheus.Counter
 	fuseReqs     *prometheus.CounterVec
 	fuseLatency  *prometheus.HistogramVec
+	fuse         map[string]fuseInstruments // by op; never written after newMountMetrics
 }
 
 func newMountMetrics(target string) *mountMetrics {
@@ -57,6 +58,10 @@ func newMountMetrics(target string) *mountMetrics {
 			Buckets: prometheus.ExponentialBuckets(20e-6, 4, 10)}, []string{"op"}),
 	}
 	reg.MustRegister(m.backendBytes, m.backendReqs, m.servedBytes, m.fuseReqs, m.fuseLatency)
+	m.fuse = make(map[string]fuseInstruments, len(fuseOps))
+	for _, op := range fuseOps {
+		m.fuse[op] = fuseInstruments{m.fuseReqs.WithLabelValues(op), m.fuseLatency.WithLabelValues(op)}
+	}
 	return m
 }
 
@@ -71,10 +76,24 @@ func (m *mountMetrics) readBytes(n int) {
 	}
 }
 
+// fuseOps are the operations fs.Observer reports; their instruments are
+// looked up once, not per request.
+var fuseOps = []string{"lookup", "getattr", "setattr", "mkdir", "unlink", "rmdir", "rename", "create", "open",
+	"read", "write", "release", "flush", "fsync", "opendir", "readdir", "readdirplus", "statfs"}
+
+type fuseInstruments struct {
+	count   prometheus.Counter
+	latency prometheus.Observer
+}
+
 // observe implements fs.Observer.
 func (m *mountMetrics) observe(op string, d time.Duration) {
-	m.fuseReqs.WithLabelValues(op).Inc()
-	m.fuseLatency.WithLabelValues(op).Observe(d.Seconds())
+	in, ok := m.fuse[op] // read-only after newMountMetrics
+	if !ok {
+		in = fuseInstruments{m.fuseReqs.WithLabelValues(op), m.fuseLatency.WithLabelValues(op)}
+	}
+	in.count.Inc()
+	in.latency.Observe(d.Seconds())
 }
 
 // tierFigures are the node cache's figures per tier.

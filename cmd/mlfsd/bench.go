@@ -34,22 +34,23 @@ Every byte read is verified; a run that reads wrong bytes fails.`,
 	return c
 }
 
-// sizeValue is a byte-size flag: "1GiB", "100KiB", "512MB", "4096".
+// sizeValue is a byte-size flag: "1GiB", "100KiB", "512MB", "4096", parsed
+// by the options table's one size parser.
 type sizeValue struct{ v *int64 }
 
 func (s sizeValue) String() string {
-	if s.v == nil || *s.v == 0 {
+	if s.v == nil {
 		return "0"
 	}
-	return humanize.IBytes(uint64(*s.v))
+	return node.FormatSize(*s.v)
 }
 
 func (s sizeValue) Set(v string) error {
-	n, err := humanize.ParseBytes(v)
+	n, err := node.ParseSize(v)
 	if err != nil {
-		return fmt.Errorf("size %q: want a number of bytes such as 100KiB, 1GiB or 4096", v)
+		return fmt.Errorf("size %q: %v", v, err)
 	}
-	*s.v = int64(n)
+	*s.v = n
 	return nil
 }
 

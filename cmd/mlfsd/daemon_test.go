@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -119,7 +120,14 @@ func (d *nodeDaemon) client(t testing.TB, args ...string) (code int, stdout, std
 // scrape fetches /metrics and parses it with the Prometheus text parser.
 func (d *nodeDaemon) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + d.metrics + "/metrics")
+	return scrapeMetrics(t, d.metrics)
+}
+
+// scrapeMetrics fetches http://addr/metrics and parses it with the
+// Prometheus text parser.
+func scrapeMetrics(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,4 +533,50 @@ func TestRunThroughDaemon(t *testing.T) {
 		t.Errorf("run --daemon with a node-wide flag: exit %d, %q", code, stderr)
 	}
 	d.stop(t)
+}
+
+// TestDaemonNotifiesSystemd: with $NOTIFY_SOCKET set (Type=notify), the
+// daemon sends READY=1 once its API answers, and STOPPING=1 on SIGTERM.
+func TestDaemonNotifiesSystemd(t *testing.T) {
+	dir := t.TempDir()
+	ns := filepath.Join(dir, "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: ns, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	t.Setenv("NOTIFY_SOCKET", ns) // inherited by the daemon through mlfsdCmd
+	d := startNodeDaemon(t, t.TempDir())
+	got := make(chan string, 4)
+	go func() {
+		buf := make([]byte, 256)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- string(buf[:n])
+		}
+	}()
+	select {
+	case msg := <-got:
+		if msg != "READY=1" {
+			t.Errorf("first notification %q, want READY=1", msg)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("no READY=1 from the daemon")
+	}
+	if code, _, errOut := d.client(t, "status", "--daemon", d.socket); code != 0 {
+		t.Errorf("status after READY=1: %s", errOut)
+	}
+	d.stop(t)
+	select {
+	case msg := <-got:
+		if msg != "STOPPING=1" {
+			t.Errorf("notification on SIGTERM %q, want STOPPING=1", msg)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("no STOPPING=1 from the daemon")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -112,5 +113,38 @@ func TestMountRecoversStaleMlfsdMount(t *testing.T) {
 	}
 	if err := d2.stop(t); err != nil {
 		t.Errorf("mlfsd mount: %v; stderr:\n%s", err, d2.stderr)
+	}
+}
+
+// TestMountServesMetrics: a foreground mount serves /metrics with its
+// mount label when given --metrics-listen.
+func TestMountServesMetrics(t *testing.T) {
+	src := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	os.WriteFile(filepath.Join(src, "f.bin"), data, 0o644)
+	mnt := t.TempDir()
+	d := startDaemon(t, mlfsdCmd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "--metrics-listen", "127.0.0.1:0", "nas://"+src+"/", mnt), mnt)
+	addrRe := regexp.MustCompile(`msg="metrics serving" addr=(\S+)`)
+	var addr string
+	for deadline := time.Now().Add(20 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+		if m := addrRe.FindStringSubmatch(d.stderr.String()); m != nil {
+			addr = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no metrics address logged; stderr:\n%s", d.stderr)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, "f.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read: %d bytes, %v", len(got), err)
+	}
+	mfs := scrapeMetrics(t, addr)
+	if v, ok := metricValue(t, mfs, "mlfsd_backend_read_bytes_total", map[string]string{"mount": mnt}); !ok || int(v) < len(data) {
+		t.Errorf("mlfsd_backend_read_bytes_total{mount=%q} = %v (present %v); want at least %d", mnt, v, ok, len(data))
+	}
+	if v, ok := metricValue(t, mfs, "mlfsd_fuse_requests_total", map[string]string{"mount": mnt, "op": "lookup"}); !ok || v == 0 {
+		t.Errorf("mlfsd_fuse_requests_total{op=lookup} = %v (present %v)", v, ok)
+	}
+	if err := d.stop(t); err != nil {
+		t.Errorf("mlfsd mount: %v; stderr:\n%s", err, d.stderr)
 	}
 }
