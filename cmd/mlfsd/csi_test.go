@@ -14,7 +14,10 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
@@ -338,5 +341,189 @@ func TestCSISanityOSS(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("mlfsd csi logs:\n%s", logs)
+	}
+}
+
+// csiClient connects to the plugin at endpoint.
+func csiClient(t *testing.T, endpoint string) (csi.NodeClient, csi.ControllerClient) {
+	t.Helper()
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return csi.NewNodeClient(conn), csi.NewControllerClient(conn)
+}
+
+func mountCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
+	return &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+	}
+}
+
+// TestCSINodePublish drives the node service directly: an output published
+// and written, published again (same: OK; different: AlreadyExists), bad
+// attributes refused naming the key, unpublish draining into the store, a
+// read-only publish of an output, an inline ephemeral input.
+func TestCSINodePublish(t *testing.T) {
+	root := t.TempDir()
+	store := filepath.Join(root, "store")
+	os.MkdirAll(filepath.Join(store, "data"), 0o755)
+	want := randomData(t, 2<<20+5)
+	os.WriteFile(filepath.Join(store, "data", "in.bin"), want, 0o644)
+	mountRoot := filepath.Join(root, "pods")
+	os.MkdirAll(mountRoot, 0o755)
+	endpoint, logs := startCSI(t, mountRoot, "--cache-dir", filepath.Join(root, "cache"), "--staging-dir", filepath.Join(root, "staging"))
+	nc, _ := csiClient(t, endpoint)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	defer func() {
+		if t.Failed() {
+			t.Logf("mlfsd csi logs:\n%s", logs)
+		}
+	}()
+
+	outURI := "nas://" + store + "/out/"
+	target := filepath.Join(mountRoot, "pod1", "volumes", "model", "mount")
+	os.MkdirAll(filepath.Dir(target), 0o755)
+	pub := &csi.NodePublishVolumeRequest{
+		VolumeId: "model", TargetPath: target,
+		VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER),
+		VolumeContext:    map[string]string{"uri": outURI, "mode": "output", "upload-concurrency": "2"},
+	}
+	if _, err := nc.NodePublishVolume(ctx, pub); err != nil {
+		t.Fatalf("publish output: %v", err)
+	}
+	if _, err := nc.NodePublishVolume(ctx, pub); err != nil {
+		t.Errorf("publishing the same volume again: %v, want OK", err)
+	}
+	other := proto.Clone(pub).(*csi.NodePublishVolumeRequest)
+	other.VolumeContext = map[string]string{"uri": outURI, "mode": "output", "upload-concurrency": "3"}
+	if _, err := nc.NodePublishVolume(ctx, other); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("publishing different options at the same target: %v, want AlreadyExists", err)
+	}
+	model := randomData(t, 6<<20+1)
+	if err := os.WriteFile(filepath.Join(target, "model.pt"), model, 0o644); err != nil {
+		t.Fatalf("write through the published output: %v", err)
+	}
+
+	for key, attrs := range map[string]map[string]string{
+		"upload-concurrency": {"uri": outURI, "mode": "output", "upload-concurrency": "none"},
+		"mode":               {"uri": outURI, "mode": "scratch"},
+		"cache-memory":       {"uri": outURI, "cache-memory": "1GiB"},
+		"uri":                {"uri": "ftp://host/x/"},
+	} {
+		bad := proto.Clone(pub).(*csi.NodePublishVolumeRequest)
+		bad.TargetPath = filepath.Join(mountRoot, "pod2", "bad")
+		bad.VolumeContext = attrs
+		_, err := nc.NodePublishVolume(ctx, bad)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"`+key+`"`) {
+			t.Errorf("attributes %v: %v, want InvalidArgument naming %q", attrs, err, key)
+		}
+		if _, serr := os.Stat(bad.TargetPath); serr == nil {
+			t.Errorf("a refused publish left %s behind", bad.TargetPath)
+		}
+	}
+
+	if _, err := nc.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "model", TargetPath: target}); err != nil {
+		t.Fatalf("unpublish output: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(store, "out", "model.pt"))
+	if err != nil || !bytes.Equal(got, model) {
+		t.Fatalf("model.pt in the store right after unpublish: %d of %d bytes, %v", len(got), len(model), err)
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Errorf("target %s not removed by unpublish: %v", target, err)
+	}
+	if _, err := nc.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "model", TargetPath: target}); err != nil {
+		t.Errorf("unpublishing again: %v, want OK", err)
+	}
+
+	// The same output published read-only: an input of its prefix.
+	ro := proto.Clone(pub).(*csi.NodePublishVolumeRequest)
+	ro.Readonly = true
+	if _, err := nc.NodePublishVolume(ctx, ro); err != nil {
+		t.Fatalf("publish read-only: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(target, "model.pt")); err != nil || !bytes.Equal(got, model) {
+		t.Errorf("model.pt through the read-only publish: %d bytes, %v", len(got), err)
+	}
+	if err := os.WriteFile(filepath.Join(target, "x"), []byte("x"), 0o644); err == nil {
+		t.Error("wrote through a read-only publish")
+	}
+	if _, err := nc.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "model", TargetPath: target}); err != nil {
+		t.Fatalf("unpublish read-only: %v", err)
+	}
+
+	// An inline ephemeral input: kubelet adds its own keys.
+	eph := &csi.NodePublishVolumeRequest{
+		VolumeId: "csi-0f3a", TargetPath: filepath.Join(mountRoot, "pod3", "train"),
+		VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER),
+		VolumeContext: map[string]string{"uri": "nas://" + store + "/data/", "mode": "input",
+			"csi.storage.k8s.io/ephemeral": "true", "csi.storage.k8s.io/pod.name": "train-0",
+			"csi.storage.k8s.io/pod.namespace": "default", "csi.storage.k8s.io/serviceAccount.name": "default"},
+	}
+	os.MkdirAll(filepath.Dir(eph.TargetPath), 0o755)
+	if _, err := nc.NodePublishVolume(ctx, eph); err != nil {
+		t.Fatalf("publish inline input: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(eph.TargetPath, "in.bin")); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("in.bin through the inline volume: %d bytes, %v", len(got), err)
+	}
+	if _, err := nc.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: eph.VolumeId, TargetPath: eph.TargetPath}); err != nil {
+		t.Fatalf("unpublish inline input: %v", err)
+	}
+}
+
+// TestCSIUnpublishDrainTimeout: an output whose uploads cannot finish
+// within --unpublish-drain-timeout is unmounted anyway, the call reports
+// DeadlineExceeded once, the retry succeeds, and what was left is uploaded
+// at the next publish of the same channel.
+func TestCSIUnpublishDrainTimeout(t *testing.T) {
+	root := t.TempDir()
+	store := filepath.Join(root, "store")
+	mountRoot := filepath.Join(root, "pods")
+	os.MkdirAll(mountRoot, 0o755)
+	endpoint, logs := startCSI(t, mountRoot, "--cache-dir", filepath.Join(root, "cache"), "--staging-dir", filepath.Join(root, "staging"),
+		"--unpublish-drain-timeout", "1s")
+	nc, _ := csiClient(t, endpoint)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	target := filepath.Join(mountRoot, "pod", "out")
+	pub := &csi.NodePublishVolumeRequest{
+		VolumeId: "out", TargetPath: target,
+		VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER),
+		// 64 KiB/s: 8 MiB takes about two minutes, far past the 1s bound.
+		VolumeContext: map[string]string{"uri": "nas://" + store + "/out/", "mode": "output", "upload-bwlimit": "64KiB"},
+	}
+	if _, err := nc.NodePublishVolume(ctx, pub); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	data := randomData(t, 8<<20)
+	if err := os.WriteFile(filepath.Join(target, "big.bin"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := nc.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "out", TargetPath: target})
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "journaled") {
+		t.Fatalf("unpublish with a drain that cannot finish: %v, want DeadlineExceeded saying what stays journaled\n%s", err, logs)
+	}
+	if isMounted(t, target) {
+		t.Fatal("still mounted after the bounded drain")
+	}
+	if _, err := nc.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "out", TargetPath: target}); err != nil {
+		t.Fatalf("retried unpublish: %v", err)
+	}
+	// Publishing the channel again (no cap now) uploads what was left.
+	pub.VolumeContext = map[string]string{"uri": "nas://" + store + "/out/", "mode": "output"}
+	if _, err := nc.NodePublishVolume(ctx, pub); err != nil {
+		t.Fatalf("publish again: %v", err)
+	}
+	if _, err := nc.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "out", TargetPath: target}); err != nil {
+		t.Fatalf("unpublish after the journaled upload: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(store, "out", "big.bin"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Errorf("big.bin in the store after the second publish drained: %d of %d bytes, %v", len(got), len(data), err)
 	}
 }
