@@ -169,6 +169,7 @@ func newMountHelperCmd(a *app) *cobra.Command {
 	var opts []string
 	var install string
 	var fake, sloppy, noMtab, verbose bool
+	var fstype, namespace string
 	c := &cobra.Command{
 		Use:   "mount-helper SOURCE_URI MOUNTPOINT [-o OPTIONS]",
 		Short: "mount(8) helper for type fuse.mlfsd (run as /sbin/mount.fuse.mlfsd)",
@@ -221,6 +222,17 @@ is up; umount drains an output's uploads before it returns.`,
 	f.BoolVarP(&sloppy, "sloppy", "s", false, "accepted for mount(8)")
 	f.BoolVarP(&noMtab, "no-mtab", "n", false, "accepted for mount(8)")
 	f.BoolVarP(&verbose, "verbose", "v", false, "accepted for mount(8)")
+	f.StringVarP(&fstype, "types", "t", "", "accepted for mount(8) (fuse.mlfsd)")
+	f.StringVarP(&namespace, "namespace", "N", "", "not supported: mount in another mount namespace")
+	c.PreRunE = func(*cobra.Command, []string) error {
+		if namespace != "" {
+			return errors.New("-N (mount in another namespace) is not supported by mount.fuse.mlfsd")
+		}
+		if fstype != "" && fstype != "fuse.mlfsd" && fstype != "mlfsd" {
+			return fmt.Errorf("-t %s: this helper mounts fuse.mlfsd only", fstype)
+		}
+		return nil
+	}
 	return c
 }
 

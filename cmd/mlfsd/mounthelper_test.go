@@ -317,3 +317,34 @@ func TestVersionFlag(t *testing.T) {
 		t.Errorf("--version %q and `mlfsd version` %q differ", stdout, v)
 	}
 }
+
+func TestParseHelperOptions(t *testing.T) {
+	h, err := parseHelperOptions([]string{"ro,cache_dir=/var/cache/x,no_passthrough,x-systemd.automount,_netdev,noauto,comment=a", "oss_part_size=16MiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.readOnly || h.daemon != "" {
+		t.Errorf("ro/daemon: %+v", h)
+	}
+	want := []string{"--cache-dir=/var/cache/x", "--no-passthrough=true", "--oss-part-size=16MiB"}
+	if strings.Join(h.flags, " ") != strings.Join(want, " ") {
+		t.Errorf("flags %v, want %v", h.flags, want)
+	}
+	if len(h.mount) != 1 || h.mount["oss-part-size"] != "16MiB" {
+		t.Errorf("mount-scope options %v", h.mount)
+	}
+	h, err = parseHelperOptions([]string{"daemon=/run/mlfsd/api.sock,upload_concurrency=8,uhelper=mlfsd"})
+	if err != nil || h.daemon != "/run/mlfsd/api.sock" || h.readOnly || h.mount["upload-concurrency"] != "8" || !h.uhelper {
+		t.Errorf("daemon options: %+v, %v", h, err)
+	}
+	for opts, want := range map[string]string{
+		"oss_access_key_secret=x": "oss_access_key_secret", // credentials never in options
+		"cache_memory":            "cache_memory",          // needs a value
+		"daemon=":                 "daemon",
+		"log_file=rel.log":        "log_file",
+	} {
+		if _, err := parseHelperOptions([]string{opts}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("-o %s: %v, want an error naming %s", opts, err, want)
+		}
+	}
+}
