@@ -161,21 +161,28 @@ func credentials(secrets map[string]string) (node.Credentials, error) {
 	return c, nil
 }
 
-// Volume IDs of dynamically provisioned volumes are "<policy>:<uri>": the
-// volume's own prefix and what DeleteVolume does with its data. The
-// controller keeps no state: the ID is all DeleteVolume gets.
+// Volume IDs of dynamically provisioned volumes are "mlfsd:<policy>:<uri>":
+// the volume's own prefix and what DeleteVolume does with its data. The
+// controller keeps no state: the ID is all DeleteVolume gets. The "mlfsd:"
+// prefix keeps a static PersistentVolume's handle from being taken for one.
 const (
 	policyRetain = "retain"
 	policyDelete = "delete"
 )
 
 // volumeID builds the ID of a provisioned volume.
-func volumeID(policy string, u backends.URI) string { return policy + ":" + u.String() }
+func volumeID(policy string, u backends.URI) string { return idPrefix + policy + ":" + u.String() }
+
+const idPrefix = "mlfsd:"
 
 // parseVolumeID reads an ID made by volumeID. ok is false for any other
 // string (a static PersistentVolume's handle, a made-up ID).
 func parseVolumeID(id string) (policy string, u backends.URI, ok bool) {
-	policy, rest, found := strings.Cut(id, ":")
+	rest, found := strings.CutPrefix(id, idPrefix)
+	if !found {
+		return "", backends.URI{}, false
+	}
+	policy, rest, found = strings.Cut(rest, ":")
 	if !found || (policy != policyRetain && policy != policyDelete) {
 		return "", backends.URI{}, false
 	}

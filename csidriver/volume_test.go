@@ -79,7 +79,7 @@ func TestVolumeID(t *testing.T) {
 			t.Errorf("%s: parsed back %q %v %v", p, got, gu, ok)
 		}
 	}
-	for _, id := range []string{"imagenet-train", "fake-vol-id-123", "retain:oss://bkt/x.bin", "keep:oss://bkt/x/"} {
+	for _, id := range []string{"imagenet-train", "fake-vol-id-123", "mlfsd:retain:oss://bkt/x.bin", "mlfsd:keep:oss://bkt/x/", "delete:oss://bkt/x/"} {
 		if _, _, ok := parseVolumeID(id); ok {
 			t.Errorf("%q parsed as a provisioned volume", id)
 		}
