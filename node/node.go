@@ -265,7 +265,7 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (MountInfo, error) {
 // mountNow does the mounting of m; on error it leaves nothing behind.
 func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Settings) (err error) {
 	target := m.req.Target
-	if err := prepareMountpoint(target, n.log); err != nil {
+	if err := PrepareMountpoint(target, n.log); err != nil {
 		return err
 	}
 	var undo []func()
@@ -525,6 +525,10 @@ func (n *Node) unmount(ctx context.Context, target string, drain bool) error {
 		}
 	}
 	if err := m.srv.Unmount(); err != nil {
+		// Still mounted: a later Unmount may try again.
+		m.mu.Lock()
+		m.unmounting = false
+		m.mu.Unlock()
 		return errors.Join(derr, err)
 	}
 	<-m.done

@@ -19,11 +19,12 @@ import (
 // (go-fuse's MountOptions.Name "mlfsd").
 const fuseType = "fuse.mlfsd"
 
-// prepareMountpoint checks target (fs.CheckMountpoint). A stale mount that
+// PrepareMountpoint checks target (fs.CheckMountpoint). A stale mount that
 // an mlfsd left behind (its daemon died) is detached first, so that the
 // mount serves the same path again; a stale mount of any other
-// filesystem is refused as before.
-func prepareMountpoint(target string, log *slog.Logger) error {
+// filesystem is refused as before. Mount calls it; it is exported for
+// callers that check mountpoints before mounting (a job's layout).
+func PrepareMountpoint(target string, log *slog.Logger) error {
 	err := mfs.CheckMountpoint(target)
 	if err == nil || !isStale(target) {
 		return err
