@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mlfsd/mlfsd/mounthelper"
 )
 
 // helperDir is where mount(8) and umount(8) look for the fuse.mlfsd helpers.
@@ -37,12 +39,12 @@ func installTestHelpers(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := installMountHelpers(helperDir, exe, []string{"MLFSD_TEST_MAIN=1", runDirEnv + "=" + runDir}); err != nil {
+	if err := mounthelper.Install(helperDir, exe, []string{"MLFSD_TEST_MAIN=1", mounthelper.RunDirEnv + "=" + runDir}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		os.Remove(filepath.Join(helperDir, mountHelperName))
-		os.Remove(filepath.Join(helperDir, umountHelperName))
+		os.Remove(filepath.Join(helperDir, mounthelper.MountHelperName))
+		os.Remove(filepath.Join(helperDir, mounthelper.UmountHelperName))
 		unix.Flock(int(lock.Fd()), unix.LOCK_UN)
 		lock.Close()
 	})
@@ -173,17 +175,17 @@ func TestMountHelperInput(t *testing.T) {
 }
 
 // readRecordIn reads the helper's record of mnt kept in runDir.
-func readRecordIn(runDir, mnt string) (mountRecord, error) {
-	old, had := os.LookupEnv(runDirEnv)
-	os.Setenv(runDirEnv, runDir)
+func readRecordIn(runDir, mnt string) (mounthelper.Record, error) {
+	old, had := os.LookupEnv(mounthelper.RunDirEnv)
+	os.Setenv(mounthelper.RunDirEnv, runDir)
 	defer func() {
 		if had {
-			os.Setenv(runDirEnv, old)
+			os.Setenv(mounthelper.RunDirEnv, old)
 		} else {
-			os.Unsetenv(runDirEnv)
+			os.Unsetenv(mounthelper.RunDirEnv)
 		}
 	}()
-	return readRecord(mnt)
+	return mounthelper.ReadRecord(mnt)
 }
 
 // TestMountHelperFstabOutput: an fstab line of type fuse.mlfsd mounts an
@@ -315,36 +317,5 @@ func TestVersionFlag(t *testing.T) {
 	_, v, _ := runMlfsd(t, "version")
 	if v != stdout {
 		t.Errorf("--version %q and `mlfsd version` %q differ", stdout, v)
-	}
-}
-
-func TestParseHelperOptions(t *testing.T) {
-	h, err := parseHelperOptions([]string{"ro,cache_dir=/var/cache/x,no_passthrough,x-systemd.automount,_netdev,noauto,comment=a", "oss_part_size=16MiB"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !h.readOnly || h.daemon != "" {
-		t.Errorf("ro/daemon: %+v", h)
-	}
-	want := []string{"--cache-dir=/var/cache/x", "--no-passthrough=true", "--oss-part-size=16MiB"}
-	if strings.Join(h.flags, " ") != strings.Join(want, " ") {
-		t.Errorf("flags %v, want %v", h.flags, want)
-	}
-	if len(h.mount) != 1 || h.mount["oss-part-size"] != "16MiB" {
-		t.Errorf("mount-scope options %v", h.mount)
-	}
-	h, err = parseHelperOptions([]string{"daemon=/run/mlfsd/api.sock,upload_concurrency=8,uhelper=mlfsd"})
-	if err != nil || h.daemon != "/run/mlfsd/api.sock" || h.readOnly || h.mount["upload-concurrency"] != "8" || !h.uhelper {
-		t.Errorf("daemon options: %+v, %v", h, err)
-	}
-	for opts, want := range map[string]string{
-		"oss_access_key_secret=x": "oss_access_key_secret", // credentials never in options
-		"cache_memory":            "cache_memory",          // needs a value
-		"daemon=":                 "daemon",
-		"log_file=rel.log":        "log_file",
-	} {
-		if _, err := parseHelperOptions([]string{opts}); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("-o %s: %v, want an error naming %s", opts, err, want)
-		}
 	}
 }
