@@ -1,6 +1,9 @@
 package writeback
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
 
 // metrics are the Store's Prometheus instruments. They live on the Store,
 // never in package globals, and are registered on Options.Registry.
@@ -24,15 +27,15 @@ func newMetrics(reg prometheus.Registerer, backendID string) (*metrics, error) {
 			ConstLabels: labels,
 		}),
 		permanentFails: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "mlfsd_writeback_permanent_failures_total", Help: "Files that could not be uploaded (kept in staging, reported at drain).",
+			Name: "mlfsd_upload_failures_total", Help: "Files that could not be uploaded (kept in staging, reported at drain).",
 			ConstLabels: labels,
 		}),
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "mlfsd_writeback_queue_depth", Help: "Closed files waiting to become durable in the backend.",
+			Name: "mlfsd_upload_pending_files", Help: "Closed files waiting to become durable in the backend.",
 			ConstLabels: labels,
 		}),
 		stagedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "mlfsd_writeback_pending_bytes", Help: "Bytes of closed files not yet durable in the backend.",
+			Name: "mlfsd_upload_pending_bytes", Help: "Bytes of closed files not yet durable in the backend.",
 			ConstLabels: labels,
 		}),
 	}
@@ -44,4 +47,24 @@ func newMetrics(reg prometheus.Registerer, backendID string) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// UploadStats are a Store's upload queue figures.
+type UploadStats struct {
+	// PendingFiles and PendingBytes: closed files not yet durable.
+	PendingFiles, PendingBytes int64
+	// FailedFiles: files that could not be uploaded since the Store opened.
+	FailedFiles int64
+}
+
+// UploadStats returns the upload queue figures.
+func (s *Store) UploadStats() UploadStats {
+	s.mu.Lock()
+	u := UploadStats{PendingFiles: int64(s.pending.files), PendingBytes: int64(s.pending.bytes)}
+	s.mu.Unlock()
+	var d dto.Metric
+	if s.m.permanentFails.Write(&d) == nil {
+		u.FailedFiles = int64(d.GetCounter().GetValue())
+	}
+	return u
 }

@@ -20,9 +20,33 @@ func (c credentials) String() string { return "credentials{redacted}" }
 // GoString hides the secret from %#v as well.
 func (c credentials) GoString() string { return c.String() }
 
-// loadCredentials reads the credentials file when one is given, otherwise
-// OSS_ACCESS_KEY_ID, OSS_ACCESS_KEY_SECRET and OSS_SESSION_TOKEN.
-func loadCredentials(file string) (credentials, error) {
+// Credentials are an access key pair and an optional STS token given in
+// code rather than read from the environment or a file. String, GoString
+// and MarshalJSON hide the secret and the token.
+type Credentials struct {
+	AccessKeyID, AccessKeySecret, SecurityToken string
+}
+
+func (c Credentials) String() string { return "oss.Credentials{redacted}" }
+
+// GoString hides the secret from %#v as well.
+func (c Credentials) GoString() string { return c.String() }
+
+// MarshalJSON keeps the secret out of JSON (logs); only the key ID shows.
+func (c Credentials) MarshalJSON() ([]byte, error) {
+	return []byte(fmt.Sprintf("{%q:%q}", "access_key_id", c.AccessKeyID)), nil
+}
+
+// loadCredentials returns given when set, else reads the credentials file
+// when one is given, otherwise OSS_ACCESS_KEY_ID, OSS_ACCESS_KEY_SECRET and
+// OSS_SESSION_TOKEN.
+func loadCredentials(file string, given *Credentials) (credentials, error) {
+	if given != nil {
+		if given.AccessKeyID == "" || given.AccessKeySecret == "" {
+			return credentials{}, errors.New("OSS credentials given without an access key ID and secret")
+		}
+		return credentials{id: given.AccessKeyID, secret: given.AccessKeySecret, token: given.SecurityToken}, nil
+	}
 	if file != "" {
 		return readCredentialsFile(file)
 	}

@@ -38,6 +38,10 @@ type Options struct {
 	// Otherwise OSS_ACCESS_KEY_ID, OSS_ACCESS_KEY_SECRET and
 	// OSS_SESSION_TOKEN are used.
 	CredentialsFile string
+	// Credentials, when set, are used instead of CredentialsFile and the
+	// environment (a node daemon mounts with the credentials of the client
+	// that asked).
+	Credentials *Credentials
 	// MultipartThreshold: writes larger than this use a multipart upload
 	// (default 16 MiB); smaller ones are one PUT.
 	MultipartThreshold int64
@@ -119,7 +123,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if err != nil {
 		return nil, err
 	}
-	cred, err := loadCredentials(opt.CredentialsFile)
+	cred, err := loadCredentials(opt.CredentialsFile, opt.Credentials)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/all"
 	"github.com/mlfsd/mlfsd/bench"
+	"github.com/mlfsd/mlfsd/node"
 )
 
 func newBenchCmd(a *app) *cobra.Command {
@@ -33,22 +34,23 @@ Every byte read is verified; a run that reads wrong bytes fails.`,
 	return c
 }
 
-// sizeValue is a byte-size flag: "1GiB", "100KiB", "512MB", "4096".
+// sizeValue is a byte-size flag: "1GiB", "100KiB", "512MB", "4096", parsed
+// by the options table's one size parser.
 type sizeValue struct{ v *int64 }
 
 func (s sizeValue) String() string {
-	if s.v == nil || *s.v == 0 {
+	if s.v == nil {
 		return "0"
 	}
-	return humanize.IBytes(uint64(*s.v))
+	return node.FormatSize(*s.v)
 }
 
 func (s sizeValue) Set(v string) error {
-	n, err := humanize.ParseBytes(v)
+	n, err := node.ParseSize(v)
 	if err != nil {
-		return fmt.Errorf("size %q: want a number of bytes such as 100KiB, 1GiB or 4096", v)
+		return fmt.Errorf("size %q: %v", v, err)
 	}
-	*s.v = int64(n)
+	*s.v = n
 	return nil
 }
 
@@ -214,6 +216,7 @@ Workloads:
 		},
 	}
 	fl := c.Flags()
+	node.AddFlags(fl, &a.settings, node.GroupOSS, node.GroupHDFS)
 	fl.StringVar(&workloads, "workloads", "", "comma-separated workloads to run (default: all; ckpt only with --write-dir): "+strings.Join(bench.WorkloadNames(), ","))
 	fl.IntVar(&opt.Threads, "threads", 8, "readers of the parallel workloads (seqN, epoch, random, stat)")
 	fl.IntVar(&opt.Runs, "runs", 3, "timed runs per workload and cache state; figures are their medians")
@@ -326,7 +329,7 @@ func (a *app) benchFS(ctx context.Context, arg string) (fsys bench.FS, release f
 	if err != nil {
 		return nil, nil, err
 	}
-	b, key, err := all.Open(ctx, u, a.backends, a.log)
+	b, key, err := all.Open(ctx, u, a.settings.Backend, a.log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -138,7 +138,7 @@ func checkPNG(t *testing.T, path string) {
 func TestBenchOnFUSEMount(t *testing.T) {
 	dir := benchPrepare(t)
 	mnt := t.TempDir()
-	d := startDaemon(t, mlfsdCmd(t, "--cache-dir", t.TempDir(), "mount", "--read-only", "nas://"+dir+"/", mnt), mnt)
+	d := startDaemon(t, mlfsdCmd(t, "mount", "--cache-dir", t.TempDir(), "--read-only", "nas://"+dir+"/", mnt), mnt)
 
 	code, out, errs := runMlfsd(t, "bench", "run", mnt, "--json", "--cache", "warm", "--runs", "1", "--threads", "4", "--random-ops", "100")
 	if code != 0 {

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,12 +136,18 @@ func TestMountCacheSurvivesRestartWithPassthrough(t *testing.T) {
 // with a message naming the flag.
 func TestMountCacheFlagsRefuseBadSizes(t *testing.T) {
 	for _, args := range [][]string{
-		{"--cache-memory", "lots", "mount", "--read-only", "nas:///tmp/", t.TempDir()},
-		{"--cache-disk", "-5GiB", "mount", "--read-only", "nas:///tmp/", t.TempDir()},
+		{"mount", "--cache-memory", "lots", "--read-only", "nas:///tmp/", t.TempDir()},
+		{"mount", "--cache-disk", "-5GiB", "--read-only", "nas:///tmp/", t.TempDir()},
+		{"mount", "--prefetch-requests", "0", "--read-only", "nas:///tmp/", t.TempDir()},
+		{"mount", "--oss-retry-attempts", "-1", "--read-only", "nas:///tmp/", t.TempDir()},
+		{"mount", "--hdfs-retries", "-1", "--read-only", "nas:///tmp/", t.TempDir()},
+		{"mount", "--oss-part-size", "0", "--read-only", "nas:///tmp/", t.TempDir()},
+		{"mount", "--upload-concurrency", "0", "nas:///tmp/", t.TempDir()},
+		{"run", "--oss-upload-concurrency", "0", "--spec", "x.yaml"},
 	} {
 		code, _, stderr := runMlfsd(t, args...)
-		if code == 0 || !bytes.Contains([]byte(stderr), []byte(args[0])) {
-			t.Errorf("mlfsd %v: exit %d, stderr %q; want a failure naming %s", args, code, stderr, args[0])
+		if code == 0 || !strings.Contains(stderr, args[1]) || !strings.Contains(stderr, fmt.Sprintf("%q", args[2])) {
+			t.Errorf("mlfsd %v: exit %d, stderr %q; want a failure naming %s and %q", args, code, stderr, args[1], args[2])
 		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mlfsd/mlfsd/backends/all"
+	"github.com/mlfsd/mlfsd/node"
 )
 
 func main() {
@@ -33,9 +33,9 @@ type app struct {
 	cpuProfile     string
 	stopProfile    func()
 	log            *slog.Logger
-	backends       all.Options
-	cache          cacheConfig  // cache.go
-	output         outputConfig // mount_output.go
+	// settings are bound to the flags of the options table (node.Table);
+	// each subcommand adds only the groups it uses.
+	settings node.Settings
 }
 
 // exitError carries a specific exit status (for example the status of the
@@ -94,18 +94,20 @@ func newRootCmd(a *app) *cobra.Command {
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format: text or json")
 	pf.StringVar(&a.cpuProfile, "cpuprofile", "", "write a Go CPU profile to this file (for performance work)")
-	addBackendFlags(pf, &a.backends)
-	addCacheFlags(pf, &a.cache)
-	addOutputFlags(pf, &a.output)
 
 	root.AddCommand(
 		newVersionCmd(a),
 		newMountCmd(a),
+		newUmountCmd(a),
+		newStatusCmd(a),
+		newDaemonCmd(a),
 		newRunCmd(a),
 		newEnvCmd(a),
 		newEmulateCmd(a),
 		newBenchCmd(a),
+		newCSICmd(a), newMountHelperCmd(a), newUmountHelperCmd(a), // csi.go, mounthelper.go
 	)
+	addVersionFlag(root) // versionflag.go
 	return root
 }
 

@@ -19,11 +19,14 @@ func TestMain(m *testing.M) {
 	if os.Getenv("MLFSD_TEST_MAIN") == "1" {
 		os.Exit(execute(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
+	if mnt := os.Getenv("MLFSD_TEST_FOREIGN_FUSE"); mnt != "" {
+		os.Exit(serveForeignFUSE(mnt))
+	}
 	os.Exit(m.Run())
 }
 
 // mlfsdCmd returns a command running mlfsd with args in a subprocess.
-func mlfsdCmd(t *testing.T, args ...string) *exec.Cmd {
+func mlfsdCmd(t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -50,7 +53,7 @@ func runMlfsd(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 // isMounted reports whether mnt appears in /proc/self/mountinfo.
-func isMounted(t *testing.T, mnt string) bool {
+func isMounted(t testing.TB, mnt string) bool {
 	t.Helper()
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {

@@ -10,13 +10,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/mlfsd/mlfsd/backends"
-	"github.com/mlfsd/mlfsd/backends/all"
-	mfs "github.com/mlfsd/mlfsd/fs"
+	"github.com/mlfsd/mlfsd/node"
+	"github.com/mlfsd/mlfsd/node/api"
 )
 
 func newMountCmd(a *app) *cobra.Command {
 	var readOnly, debug bool
+	var socket, metricsListen string
 	c := &cobra.Command{
 		Use:   "mount [--read-only] SOURCE_URI MOUNTPOINT",
 		Short: "Mount a channel URI at a mountpoint, in the foreground",
@@ -28,106 +28,89 @@ Without it, an output channel: writes land on local disk and are uploaded in the
 background; on SIGINT/SIGTERM every closed file is uploaded before exit.
 
 A URI ending in '/' names a directory; otherwise a single object, shown as
-MOUNTPOINT/<basename>.`,
+MOUNTPOINT/<basename>.
+
+A stale mount that a dead mlfsd left at MOUNTPOINT is detached and mounted
+again; a stale mount of another filesystem is refused.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := backends.ParseURI(args[0])
-			if err != nil {
-				return err
-			}
-			mnt := args[1]
-			if err := mfs.CheckMountpoint(mnt); err != nil {
-				return err
+			if socket != "" {
+				return mountThroughDaemon(cmd, a, socket, node.MountRequest{URI: args[0], Target: args[1], ReadOnly: readOnly}, debug)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if !readOnly {
-				return a.serveOutput(ctx, u, mnt)
-			}
-			srv, release, err := a.mountInput(ctx, u, mnt, debug)
+			n, err := node.New(ctx, node.Options{Settings: a.settings, CacheFallback: true, Log: a.log, Progress: a.stderr, FUSEDebug: debug})
 			if err != nil {
 				return err
 			}
-			defer release()
-			a.log.Info("mounted", "source", u.String(), "mountpoint", mnt, "read_only", true)
-			return a.serveUntilDone(ctx, srv, mnt, func(context.Context) error { return nil })
+			// The node's Close only has mounts left to undo on an error
+			// path; the normal end is the unmount below.
+			defer n.Close(context.Background())
+			if metricsListen != "" {
+				ms, err := serveMetrics(a, n, metricsListen)
+				if err != nil {
+					return err
+				}
+				defer ms.Close()
+			}
+			info, err := n.Mount(ctx, node.MountRequest{URI: args[0], Target: args[1], ReadOnly: readOnly})
+			if err != nil {
+				return err
+			}
+			return serveUntilDone(ctx, a, n, info.Target)
 		},
 	}
 	c.Flags().BoolVar(&readOnly, "read-only", false, "mount an input channel (read-only, cached)")
 	c.Flags().BoolVar(&debug, "fuse-debug", false, "log every FUSE request (very verbose)")
+	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9469")
+	c.Flags().StringVar(&socket, "daemon", "", "ask the mlfsd daemon on this API socket to mount (returns once mounted); mount-scope flags given here apply to this mount")
+	node.AddFlags(c.Flags(), &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
 	return c
 }
 
-// mountInput opens u's backend and mounts it read-only at mnt. release closes
-// what the mount used; call it after the mount is gone.
-func (a *app) mountInput(ctx context.Context, u backends.URI, mnt string, debug bool) (*mfs.Server, func(), error) {
-	b, key, err := all.Open(ctx, u, a.backends, a.log)
-	if err != nil {
-		return nil, nil, err
+// mountThroughDaemon asks the daemon at socket for req, with the
+// mount-scope flags given on the command line and the credentials of this
+// process's environment (sent in the request body only).
+func mountThroughDaemon(cmd *cobra.Command, a *app, socket string, req node.MountRequest, debug bool) error {
+	if debug || cmd.Flags().Changed("metrics-listen") {
+		return errors.New("--fuse-debug and --metrics-listen are the daemon's: they cannot be asked for with --daemon")
 	}
-	src, closeSrc, err := a.newSource(ctx)
-	if err != nil {
-		b.Close()
-		return nil, nil, err
-	}
-	srv, err := mfs.MountInput(mnt, b, mfs.InputOptions{Source: src, Key: key, Log: a.log},
-		mfs.MountOptions{FSName: u.String(), Debug: debug, Log: a.log})
-	release := func() {
-		if err := closeSrc(); err != nil {
-			a.log.Warn("closing cache", "err", err)
-		}
-		b.Close()
-	}
-	if err != nil {
-		release()
-		return nil, nil, err
-	}
-	return srv, release, nil
-}
-
-// serveOutput mounts an output channel and serves it until a signal, then
-// drains uploads and unmounts.
-func (a *app) serveOutput(ctx context.Context, u backends.URI, mnt string) error {
-	if !u.IsDir() {
-		return fmt.Errorf("output channel %s must be a directory URI (end it with '/')", u)
-	}
-	m, err := mountOutput(ctx, a, u, mnt)
+	opts, err := node.MountFlags(cmd.Flags())
 	if err != nil {
 		return err
 	}
-	a.log.Info("mounted", "source", u.String(), "mountpoint", mnt, "read_only", false)
-	return a.serveUntilDone(ctx, m, mnt, m.Drain)
-}
-
-// unmounter is what serveUntilDone needs of a mount.
-type unmounter interface {
-	Unmount() error
-	Wait()
+	req.Options = opts
+	req.Credentials = daemonCredentials()
+	info, err := api.NewClient(socket).Mount(cmd.Context(), req)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "mounted %s at %s\n", info.URI, info.Target)
+	return nil
 }
 
 // serveUntilDone waits for a signal (ctx done) or an external unmount. On a
 // signal it drains, then unmounts; a second signal while draining aborts the
 // drain (what is not uploaded stays journaled for the next start).
-func (a *app) serveUntilDone(ctx context.Context, m unmounter, mnt string, drain func(context.Context) error) error {
-	gone := make(chan struct{})
-	go func() { m.Wait(); close(gone) }()
+func serveUntilDone(ctx context.Context, a *app, n *node.Node, target string) error {
+	gone, err := n.Done(target)
+	if err != nil {
+		return err
+	}
 	select {
 	case <-gone:
-		a.log.Warn("unmounted externally", "mountpoint", mnt)
-		return nil
+		return nil // the node logged it
 	case <-ctx.Done():
 	}
-	a.log.Info("signal received; draining and unmounting", "mountpoint", mnt)
+	a.log.Info("signal received; draining and unmounting", "mountpoint", target)
 	dctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	derr := drain(dctx)
-	if err := m.Unmount(); err != nil {
-		return errors.Join(derr, err)
+	err = n.Unmount(dctx, target)
+	if errors.Is(err, node.ErrNotMounted) {
+		return nil // unmounted externally meanwhile
 	}
-	<-gone
-	if derr != nil {
-		return fmt.Errorf("drain %s: %w", mnt, derr)
+	if err != nil {
+		return fmt.Errorf("%w", err)
 	}
-	a.log.Info("unmounted", "mountpoint", mnt)
 	return nil
 }

@@ -5,8 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mlfsd/mlfsd/fs/fstest"
 )
@@ -73,5 +76,75 @@ func TestVersion(t *testing.T) {
 	code, out, _ := runMlfsd(t, "version")
 	if code != 0 || !strings.HasPrefix(out, "mlfsd ") {
 		t.Fatalf("version: exit %d, %q", code, out)
+	}
+}
+
+// TestMountRecoversStaleMlfsdMount: `mlfsd mount` on a mountpoint that a
+// SIGKILLed mlfsd left stale detaches it and serves the mountpoint again.
+func TestMountRecoversStaleMlfsdMount(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "f"), []byte("first"), 0o644)
+	mnt := t.TempDir()
+	d := startDaemon(t, mlfsdCmd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "nas://"+src+"/", mnt), mnt)
+	// Kill only once mounting is complete (see TestRunStaleMount).
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(d.stderr.String(), "msg=mounted"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("mlfsd mount did not log its mount; stderr:\n%s", d.stderr)
+		}
+	}
+	d.cmd.Process.Kill()
+	<-d.done
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &sfs); err != syscall.ENOTCONN {
+		t.Fatalf("statfs of the killed mount = %v, want ENOTCONN (a stale mount)", err)
+	}
+	os.WriteFile(filepath.Join(src, "g"), []byte("second"), 0o644)
+	d2 := startDaemon(t, mlfsdCmd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "nas://"+src+"/", mnt), mnt)
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(d2.stderr.String(), "msg=mounted"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("mlfsd mount did not recover the stale mount; stderr:\n%s", d2.stderr)
+		}
+	}
+	if !strings.Contains(d2.stderr.String(), "stale mlfsd mount") {
+		t.Errorf("no note of the recovered stale mount in stderr:\n%s", d2.stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, "g")); err != nil || string(got) != "second" {
+		t.Errorf("read g through the recovered mount: %q, %v", got, err)
+	}
+	if err := d2.stop(t); err != nil {
+		t.Errorf("mlfsd mount: %v; stderr:\n%s", err, d2.stderr)
+	}
+}
+
+// TestMountServesMetrics: a foreground mount serves /metrics with its
+// mount label when given --metrics-listen.
+func TestMountServesMetrics(t *testing.T) {
+	src := t.TempDir()
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	os.WriteFile(filepath.Join(src, "f.bin"), data, 0o644)
+	mnt := t.TempDir()
+	d := startDaemon(t, mlfsdCmd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "--metrics-listen", "127.0.0.1:0", "nas://"+src+"/", mnt), mnt)
+	addrRe := regexp.MustCompile(`msg="metrics serving" addr=(\S+)`)
+	var addr string
+	for deadline := time.Now().Add(20 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+		if m := addrRe.FindStringSubmatch(d.stderr.String()); m != nil {
+			addr = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no metrics address logged; stderr:\n%s", d.stderr)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(mnt, "f.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read: %d bytes, %v", len(got), err)
+	}
+	mfs := scrapeMetrics(t, addr)
+	if v, ok := metricValue(t, mfs, "mlfsd_backend_read_bytes_total", map[string]string{"mount": mnt}); !ok || int(v) < len(data) {
+		t.Errorf("mlfsd_backend_read_bytes_total{mount=%q} = %v (present %v); want at least %d", mnt, v, ok, len(data))
+	}
+	if v, ok := metricValue(t, mfs, "mlfsd_fuse_requests_total", map[string]string{"mount": mnt, "op": "lookup"}); !ok || v == 0 {
+		t.Errorf("mlfsd_fuse_requests_total{op=lookup} = %v (present %v)", v, ok)
+	}
+	if err := d.stop(t); err != nil {
+		t.Errorf("mlfsd mount: %v; stderr:\n%s", err, d.stderr)
 	}
 }

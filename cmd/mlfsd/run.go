@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,12 +12,14 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/all"
-	mfs "github.com/mlfsd/mlfsd/fs"
 	"github.com/mlfsd/mlfsd/job"
+	"github.com/mlfsd/mlfsd/node"
+	"github.com/mlfsd/mlfsd/node/api"
 )
 
 func newRunCmd(a *app) *cobra.Command {
 	var o jobFlags
+	var socket, metricsListen string
 	c := &cobra.Command{
 		Use:   "run --spec job.yaml [--root R] [-- CMD ARGS...]",
 		Short: "Run a training job with its channels mounted",
@@ -46,24 +49,45 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 				return err
 			}
 			ctx := cmd.Context()
-			src, closeSrc, err := a.newSource(ctx)
-			if err != nil {
-				return err
-			}
-			defer func() {
-				if err := closeSrc(); err != nil {
-					a.log.Warn("closing cache", "err", err)
+			var mounter job.Mounter
+			if socket != "" {
+				// The daemon mounts the channels on the node's shared cache.
+				if metricsListen != "" {
+					return errors.New("--metrics-listen: with --daemon, the daemon serves the metrics")
 				}
-			}()
+				opts, err := node.MountFlags(cmd.Flags())
+				if err != nil {
+					return err
+				}
+				mounter = api.NewClient(socket).JobMounter(opts, daemonCredentials())
+			} else {
+				n, err := node.New(ctx, node.Options{Settings: a.settings, CacheFallback: true, Log: a.log, Progress: a.stderr})
+				if err != nil {
+					return err
+				}
+				defer func() {
+					if err := n.Close(context.Background()); err != nil {
+						a.log.Warn("closing", "err", err)
+					}
+				}()
+				mounter = n.JobMounter(node.Credentials{})
+				if metricsListen != "" {
+					ms, err := serveMetrics(a, n, metricsListen)
+					if err != nil {
+						return err
+					}
+					defer ms.Close()
+				}
+			}
 			sigs := make(chan os.Signal, 8)
 			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 			defer signal.Stop(sigs)
 
 			r := &job.Runner{
 				Plan:    p,
-				Mounter: &runMounter{a: a, src: src},
+				Mounter: mounter,
 				Open: func(ctx context.Context, u backends.URI) (backends.Backend, string, error) {
-					return all.Open(ctx, u, a.backends, a.log)
+					return all.Open(ctx, u, a.settings.Backend, a.log)
 				},
 				Command: args,
 				Shell:   len(args) == 1,
@@ -89,51 +113,8 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 		},
 	}
 	addJobFlags(c.Flags(), &o)
+	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address while the job runs")
+	c.Flags().StringVar(&socket, "daemon", "", "have the mlfsd daemon on this API socket mount the job's channels (on the node's shared cache)")
+	node.AddFlags(c.Flags(), &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
 	return c
-}
-
-// runMounter mounts a job's channels: inputs read-only through the read
-// path, outputs through mountOutput.
-type runMounter struct {
-	a   *app
-	src mfs.Source
-}
-
-func (m *runMounter) MountInput(ctx context.Context, ch job.Channel, mountpoint string) (job.Mounted, error) {
-	b, key, err := all.Open(ctx, ch.URI, m.a.backends, m.a.log)
-	if err != nil {
-		return nil, err
-	}
-	srv, err := mfs.MountInput(mountpoint, b, mfs.InputOptions{Source: m.src, Key: key, Log: m.a.log},
-		mfs.MountOptions{FSName: ch.URI.String(), ReadOnly: true, Log: m.a.log})
-	if err != nil {
-		b.Close()
-		return nil, err
-	}
-	return &inputMount{srv: srv, b: b}, nil
-}
-
-func (m *runMounter) MountOutput(ctx context.Context, ch job.Channel, mountpoint string) (job.Mounted, error) {
-	if ch.URI.Scheme == backends.SchemeNAS {
-		// A job's output directory need not exist yet (an OSS prefix never
-		// has to); the NAS backend opens only existing roots.
-		if err := os.MkdirAll(ch.URI.Path, 0o755); err != nil {
-			return nil, fmt.Errorf("create output directory: %w", err)
-		}
-	}
-	return mountOutput(ctx, m.a, ch.URI, mountpoint)
-}
-
-// inputMount is a mounted input channel and the backend it reads.
-type inputMount struct {
-	srv *mfs.Server
-	b   backends.Backend
-}
-
-func (m *inputMount) Drain(context.Context) error { return nil }
-
-func (m *inputMount) Unmount() error {
-	err := m.srv.Unmount()
-	m.b.Close()
-	return err
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // mountsUnder lists the mounts at or below dir.
-func mountsUnder(t *testing.T, dir string) []string {
+func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {

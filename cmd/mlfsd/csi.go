@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mlfsd/mlfsd/csidriver"
+	"github.com/mlfsd/mlfsd/node"
+	"github.com/mlfsd/mlfsd/node/api"
+)
+
+func newCSICmd(a *app) *cobra.Command {
+	var endpoint, nodeID, daemon, name string
+	var drainTimeout time.Duration
+	c := &cobra.Command{
+		Use:   "csi --endpoint unix:///csi/csi.sock --node-id NAME [--daemon SOCKET]",
+		Short: "Serve the CSI plugin (Identity, Node and Controller services) for Kubernetes",
+		Long: `Serve mlfsd's CSI plugin on a unix socket.
+
+NodePublishVolume mounts a volume's channel (volume attributes uri and mode:
+input or output) at the pod's target path; NodeUnpublishVolume drains an
+output and unmounts. With --daemon, the node daemon on that API socket makes
+the mounts (one shared cache for every pod of the node); otherwise they are
+served by this process. CreateVolume and DeleteVolume give each dynamically
+provisioned volume its own prefix under a StorageClass's uri.
+
+See deploy/kubernetes/ for the manifests.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			var m csidriver.Mounter
+			if daemon != "" {
+				m = daemonMounter{api.NewClient(daemon)}
+			} else {
+				n, err := node.New(ctx, node.Options{Settings: a.settings, Log: a.log, Progress: a.stderr})
+				if err != nil {
+					return err
+				}
+				defer func() {
+					// Stopping the plugin ends the mounts it serves:
+					// drain them as far as the timeout allows.
+					cctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+					defer cancel()
+					if err := n.Close(cctx); err != nil {
+						a.log.Error("closing mounts", "err", err)
+					}
+				}()
+				m = n
+			}
+			d, err := csidriver.New(csidriver.Options{
+				Name: name, Version: version, NodeID: nodeID, Mounter: m,
+				Settings: a.settings, DrainTimeout: drainTimeout, Log: a.log,
+			})
+			if err != nil {
+				return err
+			}
+			l, err := csidriver.Listen(endpoint)
+			if err != nil {
+				return err
+			}
+			a.log.Info("csi plugin serving", "endpoint", endpoint, "driver", name, "node_id", nodeID, "daemon", daemon)
+			return d.Serve(ctx, l)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint the kubelet (and sidecars) call")
+	f.StringVar(&nodeID, "node-id", "", "this node's ID (the Kubernetes node name)")
+	f.StringVar(&daemon, "daemon", "", "the mlfsd daemon's API socket; mounts are made by the daemon (default: by this process)")
+	f.StringVar(&name, "driver-name", csidriver.DefaultName, "CSI driver name")
+	f.DurationVar(&drainTimeout, "unpublish-drain-timeout", 10*time.Minute,
+		"how long NodeUnpublishVolume waits for an output's uploads before unmounting anyway (the rest stays journaled)")
+	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
+	c.MarkFlagRequired("node-id")
+	return c
+}
+
+// daemonMounter makes the driver's mounts through the node daemon's API,
+// mapping its answers to the node's errors.
+type daemonMounter struct{ c *api.Client }
+
+func (d daemonMounter) Mount(ctx context.Context, req node.MountRequest) (node.MountInfo, error) {
+	info, err := d.c.Mount(ctx, req)
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Status == 409 {
+		return info, fmt.Errorf("%w: %s", node.ErrTargetBusy, ae.Message)
+	}
+	return info, err
+}
+
+func (d daemonMounter) Unmount(ctx context.Context, target string) error {
+	err := d.c.Unmount(ctx, target)
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Status == 404 {
+		return fmt.Errorf("%w: %s", node.ErrNotMounted, ae.Message)
+	}
+	return err
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mlfsd/mlfsd/node"
+	"github.com/mlfsd/mlfsd/node/api"
+)
+
+func newDaemonCmd(a *app) *cobra.Command {
+	var stateDir, socket, metricsListen string
+	c := &cobra.Command{
+		Use:   "daemon --state-dir DIR --socket PATH --cache-dir DIR [--metrics-listen ADDR]",
+		Short: "Serve the mounts of this host from one shared cache, through a local API",
+		Long: `Run the node daemon: one per host, serving every job's mounts from one shared
+block cache. Clients ask for mounts on the API socket (root only):
+
+  mlfsd mount --daemon SOCKET [--read-only] URI TARGET
+  mlfsd umount --daemon SOCKET TARGET
+  mlfsd status --daemon SOCKET
+  mlfsd run --daemon SOCKET --spec job.yaml
+
+The mount table is kept in --state-dir: started again after a crash, the
+daemon detaches the stale mounts it left and serves them again at the same
+paths, uploading what outputs had pending. Mounts made with a client's
+credentials come back with the daemon's own (environment or
+--oss-credentials-file), never stored. On SIGINT/SIGTERM it drains every
+output and unmounts everything (a second signal aborts the drain).
+
+Logs are JSON unless --log-format says otherwise.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch {
+			case stateDir == "":
+				return errors.New("--state-dir is required")
+			case socket == "":
+				return errors.New("--socket is required")
+			}
+			if !cmd.Flags().Changed("log-format") && !cmd.Root().PersistentFlags().Changed("log-format") {
+				l, err := newLogger(a.stderr, a.logLevel, "json")
+				if err != nil {
+					return err
+				}
+				a.log = l
+			}
+			return runDaemon(cmd.Context(), a, stateDir, socket, metricsListen)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&stateDir, "state-dir", "", "directory of the daemon's mount table (required)")
+	f.StringVar(&socket, "socket", "", "path of the API's unix socket (required; made mode 0600)")
+	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9469")
+	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
+	return c
+}
+
+func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen string) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	n, err := node.New(ctx, node.Options{Settings: a.settings, StateDir: stateDir, OpenCache: true, Log: a.log, Progress: a.stderr})
+	if err != nil {
+		return err
+	}
+	closeNode := func() error {
+		// A second signal aborts the drain: what is not uploaded stays
+		// journaled, and the mount table keeps nothing (a clean stop).
+		dctx, dstop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer dstop()
+		return n.Close(dctx)
+	}
+	var ms *http.Server
+	if metricsListen != "" {
+		if ms, err = serveMetrics(a, n, metricsListen); err != nil {
+			closeNode()
+			return err
+		}
+		defer ms.Close()
+	}
+	if restored, err := n.Restore(ctx); err != nil {
+		a.log.Error("some mounts of the mount table could not be restored", "err", err)
+	} else if len(restored) > 0 {
+		a.log.Info("mount table restored", "mounts", len(restored))
+	}
+	l, err := api.Listen(socket)
+	if err != nil {
+		return errors.Join(err, closeNode())
+	}
+	srv := api.NewServer(n, a.log)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	a.log.Info("daemon ready", "socket", socket, "state_dir", stateDir, "cache_dir", a.settings.Cache.Dir)
+	if err := sdNotify("READY=1"); err != nil {
+		a.log.Warn("sd_notify", "err", err)
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		a.log.Error("API server stopped", "err", err)
+	}
+	_ = sdNotify("STOPPING=1")
+	a.log.Info("stopping: draining outputs and unmounting")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	srv.Shutdown(sctx)
+	cancel()
+	os.Remove(socket)
+	return closeNode()
+}
+
+// serveMetrics serves n's /metrics and /healthz on addr.
+func serveMetrics(a *app, n *node.Node, addr string) (*http.Server, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
+	s := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("metrics server", "err", err)
+		}
+	}()
+	a.log.Info("metrics serving", "addr", l.Addr().String())
+	return s, nil
+}
+
+// sdNotify sends a state to systemd over $NOTIFY_SOCKET (the documented
+// sd_notify protocol: one datagram); without it, it does nothing.
+func sdNotify(state string) error {
+	path := os.Getenv("NOTIFY_SOCKET")
+	if path == "" {
+		return nil
+	}
+	if path[0] == '@' {
+		path = "\x00" + path[1:] // abstract namespace
+	}
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = c.Write([]byte(state))
+	return err
+}
+
+// daemonCredentials are the credentials a client sends with its mount
+// requests: the OSS keys of its environment, its HDFS user. They travel in
+// the request body only.
+func daemonCredentials() node.Credentials {
+	return node.Credentials{
+		OSSAccessKeyID:     os.Getenv("OSS_ACCESS_KEY_ID"),
+		OSSAccessKeySecret: os.Getenv("OSS_ACCESS_KEY_SECRET"),
+		OSSSecurityToken:   os.Getenv("OSS_SESSION_TOKEN"),
+		HDFSUser:           os.Getenv("HADOOP_USER_NAME"),
+	}
+}
+
+func newUmountCmd(a *app) *cobra.Command {
+	var socket string
+	var noDrain bool
+	c := &cobra.Command{
+		Use:   "umount --daemon SOCKET TARGET",
+		Short: "Unmount a mount of the node daemon (an output is drained first)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if socket == "" {
+				return errors.New("--daemon is required (a foreground `mlfsd mount` unmounts on SIGINT/SIGTERM)")
+			}
+			cl := api.NewClient(socket)
+			if noDrain {
+				return cl.Detach(cmd.Context(), args[0])
+			}
+			return cl.Unmount(cmd.Context(), args[0])
+		},
+	}
+	c.Flags().StringVar(&socket, "daemon", "", "API socket of the mlfsd daemon")
+	c.Flags().BoolVar(&noDrain, "no-drain", false, "do not wait for uploads: what is pending stays journaled for the next mount of the channel")
+	return c
+}
+
+func newStatusCmd(a *app) *cobra.Command {
+	var socket string
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "status --daemon SOCKET [--json]",
+		Short: "Show the node daemon's mounts and their figures",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if socket == "" {
+				return errors.New("--daemon is required")
+			}
+			st, err := api.NewClient(socket).Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printStatus(a.stdout, st, asJSON)
+		},
+	}
+	c.Flags().StringVar(&socket, "daemon", "", "API socket of the mlfsd daemon")
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// serveForeignFUSE mounts an empty FUSE filesystem that is not mlfsd's
+// (type fuse.otherfs) at mnt and serves it until killed.
+func serveForeignFUSE(mnt string) int {
+	srv, err := gofs.Mount(mnt, &gofs.Inode{}, &gofs.Options{MountOptions: fuse.MountOptions{
+		Name: "otherfs", FsName: "otherfs", DirectMount: true}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Fprintln(os.Stderr, "foreign fuse mounted")
+	srv.Wait()
+	return 0
+}
+
+// TestMountRefusesStaleForeignMount: a stale FUSE mount of another
+// filesystem is not ours to detach; mlfsd mount refuses it as before.
+func TestMountRefusesStaleForeignMount(t *testing.T) {
+	mnt := t.TempDir()
+	cmd := mlfsdCmd(t)
+	cmd.Env = append(os.Environ(), "MLFSD_TEST_FOREIGN_FUSE="+mnt)
+	d := startDaemon(t, cmd, mnt)
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(d.stderr.String(), "foreign fuse mounted"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the foreign FUSE server did not mount; stderr:\n%s", d.stderr)
+		}
+	}
+	d.cmd.Process.Kill()
+	<-d.done
+	var sfs syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &sfs); err != syscall.ENOTCONN {
+		t.Fatalf("statfs of the killed foreign mount = %v, want ENOTCONN", err)
+	}
+	src := t.TempDir()
+	code, _, stderr := runMlfsd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "nas://"+src+"/", mnt)
+	if code == 0 || !strings.Contains(stderr, "stale FUSE mount") || !strings.Contains(stderr, "umount -l "+mnt) {
+		t.Errorf("mlfsd mount on a stale foreign mount: exit %d, stderr %q; want the stale-mount refusal", code, stderr)
+	}
+	if !isMounted(t, mnt) {
+		t.Error("mlfsd detached a stale mount that was not its own")
+	}
+}

@@ -1,0 +1,210 @@
+package csidriver
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mlfsd/mlfsd/node"
+)
+
+// nodeServer is the CSI Node service.
+type nodeServer struct {
+	csi.UnimplementedNodeServer
+	d *Driver
+}
+
+func (s *nodeServer) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	return &csi.NodeGetInfoResponse{NodeId: s.d.opt.NodeID}, nil
+}
+
+// NodeGetCapabilities advertises nothing optional: no staging (a FUSE mount
+// per publish is cheap, and the daemon shares the cache between them), no
+// volume stats, no expansion.
+func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	return &csi.NodeGetCapabilitiesResponse{}, nil
+}
+
+// checkCapability accepts filesystem (mount) volumes in any access mode.
+// Mount flags and a filesystem type do not apply to a FUSE channel.
+func checkCapability(c *csi.VolumeCapability) error {
+	if c == nil {
+		return errors.New("volume capability is required")
+	}
+	if c.GetBlock() != nil {
+		return errors.New("block volumes are not supported: mlfsd volumes are filesystems (use volumeMode: Filesystem)")
+	}
+	if c.GetMount() == nil {
+		return errors.New("volume capability has no access type (want mount)")
+	}
+	if c.GetAccessMode() == nil || c.GetAccessMode().GetMode() == csi.VolumeCapability_AccessMode_UNKNOWN {
+		return errors.New("volume capability has no access mode")
+	}
+	return nil
+}
+
+// readOnlyMode reports whether an access mode lets only readers in.
+func readOnlyMode(c *csi.VolumeCapability) bool {
+	switch c.GetAccessMode().GetMode() {
+	case csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:
+		return true
+	}
+	return false
+}
+
+// NodePublishVolume mounts the volume's channel at the target path. The
+// volume's attributes say what: uri and mode, plus mount options; the
+// publish secrets carry the store credentials. An output published
+// read-only (readonly: true, or a reader-only access mode) is mounted as an
+// input of the same prefix.
+func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	target := req.GetTargetPath()
+	if target == "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path is required")
+	}
+	if !filepath.IsAbs(target) {
+		return nil, status.Errorf(codes.InvalidArgument, "target_path %q: must be absolute", target)
+	}
+	if err := checkCapability(req.GetVolumeCapability()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	spec, err := parseAttributes(req.GetVolumeContext())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", req.GetVolumeId(), err)
+	}
+	creds, err := credentials(req.GetSecrets())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", req.GetVolumeId(), err)
+	}
+	mreq := node.MountRequest{
+		URI:         spec.uri.String(),
+		Target:      filepath.Clean(target),
+		ReadOnly:    !spec.output || req.GetReadonly() || readOnlyMode(req.GetVolumeCapability()),
+		Options:     spec.options,
+		Credentials: creds,
+	}
+	// The CO creates the parent; the target itself is the plugin's to
+	// create (and to remove in NodeUnpublishVolume).
+	_, statErr := os.Lstat(mreq.Target)
+	created := errors.Is(statErr, os.ErrNotExist)
+	if err := os.MkdirAll(mreq.Target, 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "create target %s: %v", mreq.Target, err)
+	}
+	if _, err := s.d.opt.Mounter.Mount(ctx, mreq); err != nil {
+		if created {
+			os.Remove(mreq.Target) // leave nothing behind; only an empty dir goes
+		}
+		if errors.Is(err, node.ErrTargetBusy) {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %s: %s already holds a different mount: %v", req.GetVolumeId(), mreq.Target, err)
+		}
+		return nil, status.Errorf(codes.Internal, "volume %s: mount %s at %s: %v", req.GetVolumeId(), mreq.URI, mreq.Target, err)
+	}
+	s.d.log.Info("published", "volume", req.GetVolumeId(), "uri", mreq.URI, "target", mreq.Target,
+		"read_only", mreq.ReadOnly, "credentials", creds)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// NodeUnpublishVolume drains an output (bounded by Options.DrainTimeout),
+// unmounts and removes the target directory. A target that is not mounted
+// (any more) succeeds; a mount left stale by a plugin that died is
+// detached.
+func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
+	}
+	target := req.GetTargetPath()
+	if target == "" {
+		return nil, status.Error(codes.InvalidArgument, "target_path is required")
+	}
+	target = filepath.Clean(target)
+	dctx, cancel := context.WithTimeout(ctx, s.d.opt.DrainTimeout)
+	defer cancel()
+	err := s.d.opt.Mounter.Unmount(dctx, target)
+	var drainErr error
+	switch {
+	case err == nil:
+	case errors.Is(err, node.ErrNotMounted):
+		// Not ours (any more). A mount the mounter lost track of (the
+		// plugin restarted in-process) is stale: detach it.
+		if mounted, merr := isMountpoint(target); merr != nil {
+			return nil, status.Errorf(codes.Internal, "volume %s: %v", req.GetVolumeId(), merr)
+		} else if mounted {
+			if uerr := unix.Unmount(target, unix.MNT_DETACH); uerr != nil {
+				return nil, status.Errorf(codes.Internal, "volume %s: detach stale mount %s: %v", req.GetVolumeId(), target, uerr)
+			}
+			s.d.log.Warn("detached a stale mount", "volume", req.GetVolumeId(), "target", target)
+		}
+	default:
+		if mounted, merr := isMountpoint(target); merr != nil || mounted {
+			return nil, status.Errorf(codes.Internal, "volume %s: unmount %s: %v", req.GetVolumeId(), target, err)
+		}
+		// Unmounted, but the drain did not finish: report it once.
+		drainErr = err
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, status.Errorf(codes.Internal, "volume %s: remove target %s: %v", req.GetVolumeId(), target, err)
+	}
+	if drainErr != nil {
+		s.d.log.Warn("unpublished before every closed file was uploaded; the rest stays journaled in the staging dir and is uploaded at the next mount of this channel",
+			"volume", req.GetVolumeId(), "target", target, "drain_timeout", s.d.opt.DrainTimeout, "err", drainErr)
+		return nil, status.Errorf(codes.DeadlineExceeded,
+			"volume %s: unmounted %s, but the upload drain did not finish within %s (%v); what is left stays journaled in the staging dir and is uploaded at the next mount of this channel",
+			req.GetVolumeId(), target, s.d.opt.DrainTimeout, drainErr)
+	}
+	s.d.log.Info("unpublished", "volume", req.GetVolumeId(), "target", target)
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// isMountpoint reports whether path is a mountpoint in this mount
+// namespace (stale FUSE mounts included: stat would fail on those).
+func isMountpoint(path string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountinfo(fields[4]) == path {
+			return true, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, fmt.Errorf("read /proc/self/mountinfo: %w", err)
+	}
+	return false, nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space) of
+// /proc/self/mountinfo paths.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }

@@ -1,0 +1,136 @@
+package csidriver
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/node"
+)
+
+func TestParseAttributes(t *testing.T) {
+	s, err := parseAttributes(map[string]string{
+		"uri": "oss://bkt/data/", "mode": "output", "upload-concurrency": "8",
+		"csi.storage.k8s.io/pod.name": "p", "csi.storage.k8s.io/ephemeral": "true",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.output || s.uri.String() != "oss://bkt/data/" || len(s.options) != 1 || s.options["upload-concurrency"] != "8" {
+		t.Fatalf("parsed %+v", s)
+	}
+	if s, err := parseAttributes(map[string]string{"uri": "nas:///data/x.bin"}); err != nil || s.output {
+		t.Fatalf("input by default: %+v, %v", s, err)
+	}
+
+	for _, c := range []struct {
+		attrs map[string]string
+		want  string // the key the error must name
+	}{
+		{map[string]string{}, `"uri"`},
+		{map[string]string{"uri": "s3://bkt/x/"}, `"uri"`},
+		{map[string]string{"uri": "oss://bkt/x/", "mode": "rw"}, `"mode"`},
+		{map[string]string{"uri": "oss://bkt/x.bin", "mode": "output"}, `"uri"`},
+		{map[string]string{"uri": "oss://bkt/x/", "upload-concurrency": "0"}, `"upload-concurrency"`},
+		{map[string]string{"uri": "oss://bkt/x/", "oss-part-size": "lots"}, `"oss-part-size"`},
+		{map[string]string{"uri": "oss://bkt/x/", "cache-memory": "1GiB"}, `"cache-memory"`},
+		{map[string]string{"uri": "oss://bkt/x/", "cahce-dir": "/x"}, `"cahce-dir"`},
+	} {
+		_, err := parseAttributes(c.attrs)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want one naming %s", c.attrs, err, c.want)
+		}
+	}
+}
+
+func TestCredentials(t *testing.T) {
+	c, err := credentials(map[string]string{SecretOSSAccessKeyID: "id", SecretOSSAccessKeySecret: "sec", SecretOSSSecurityToken: "tok", SecretHDFSUser: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != (node.Credentials{OSSAccessKeyID: "id", OSSAccessKeySecret: "sec", OSSSecurityToken: "tok", HDFSUser: "alice"}) {
+		t.Fatalf("credentials %#v", c)
+	}
+	_, err = credentials(map[string]string{"ossAccessKeySecret": "hunter2"})
+	if err == nil || !strings.Contains(err.Error(), "ossAccessKeySecret") || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("unknown secret key: %v (must name the key, never the value)", err)
+	}
+	if _, err := credentials(map[string]string{SecretOSSAccessKeySecret: "x"}); err == nil {
+		t.Error("a secret without its key ID was accepted")
+	}
+}
+
+func TestVolumeID(t *testing.T) {
+	u, err := backends.ParseURI("oss://bkt/base/pvc-1/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{policyRetain, policyDelete} {
+		got, gu, ok := parseVolumeID(volumeID(p, u))
+		if !ok || got != p || gu.String() != u.String() {
+			t.Errorf("%s: parsed back %q %v %v", p, got, gu, ok)
+		}
+	}
+	for _, id := range []string{"imagenet-train", "fake-vol-id-123", "mlfsd:retain:oss://bkt/x.bin", "mlfsd:keep:oss://bkt/x/", "delete:oss://bkt/x/"} {
+		if _, _, ok := parseVolumeID(id); ok {
+			t.Errorf("%q parsed as a provisioned volume", id)
+		}
+	}
+}
+
+// TestCallLogRedactsSecrets runs a publish with secrets through the
+// logging interceptor at debug level and checks that no secret value
+// reaches the log, while the request is still logged.
+func TestCallLogRedactsSecrets(t *testing.T) {
+	var buf bytes.Buffer
+	d, err := New(Options{NodeID: "n", Mounter: refuse{}, Log: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &nodeServer{d: d}
+	req := &csi.NodePublishVolumeRequest{
+		VolumeId: "v", TargetPath: t.TempDir() + "/target",
+		VolumeCapability: &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}},
+		VolumeContext: map[string]string{"uri": "oss://bkt/x/", "mode": "output"},
+		Secrets:       map[string]string{SecretOSSAccessKeyID: "AKID-visible", SecretOSSAccessKeySecret: "s3cr3t-value", SecretOSSSecurityToken: "sts-t0ken"},
+	}
+	_, err = d.logCalls(context.Background(), req, &grpc.UnaryServerInfo{FullMethod: "/csi.v1.Node/NodePublishVolume"},
+		func(ctx context.Context, r any) (any, error) {
+			return ns.NodePublishVolume(ctx, r.(*csi.NodePublishVolumeRequest))
+		})
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("publish through a refusing mounter: %v", err)
+	}
+	out := buf.String()
+	if !strings.Contains(out, "NodePublishVolume") || !strings.Contains(out, "oss://bkt/x/") {
+		t.Fatalf("the call was not logged:\n%s", out)
+	}
+	for _, secret := range []string{"s3cr3t-value", "sts-t0ken"} {
+		if strings.Contains(out, secret) || strings.Contains(err.Error(), secret) {
+			t.Errorf("%q reached the log or the error:\n%s\n%v", secret, out, err)
+		}
+	}
+}
+
+// refuse is a Mounter that refuses every mount.
+type refuse struct{}
+
+func (refuse) Mount(_ context.Context, req node.MountRequest) (node.MountInfo, error) {
+	return node.MountInfo{}, &refusedError{req.Credentials}
+}
+
+func (refuse) Unmount(context.Context, string) error { return node.ErrNotMounted }
+
+type refusedError struct{ c node.Credentials }
+
+// Error formats the credentials the way a careless error might.
+func (e *refusedError) Error() string { return "refused with " + e.c.String() }

@@ -1,0 +1,69 @@
+// Package api is the local API of an mlfsd node daemon: net/http with JSON
+// bodies over a unix socket that only root may use (mode 0600, and every
+// connection's SO_PEERCRED uid checked). Credentials travel in request
+// bodies only; the server never logs a body.
+//
+// Endpoints (all JSON):
+//
+//	POST /v1/mount    MountRequest   -> node.MountInfo
+//	POST /v1/unmount  UnmountRequest -> {}
+//	POST /v1/drain    UnmountRequest -> {}
+//	GET  /v1/mounts                  -> []node.MountInfo
+//	GET  /v1/status                  -> []node.MountStatus
+//
+// An error is a non-2xx status with {"error": "..."}.
+package api
+
+import (
+	"github.com/mlfsd/mlfsd/node"
+)
+
+// MountRequest is the body of POST /v1/mount.
+type MountRequest struct {
+	URI         string            `json:"uri"`
+	Target      string            `json:"target"`
+	ReadOnly    bool              `json:"read_only"`
+	Options     map[string]string `json:"options,omitempty"`
+	Credentials *Credentials      `json:"credentials,omitempty"`
+}
+
+// Credentials are node.Credentials on the wire. This type exists only in
+// request bodies; node.Credentials redacts itself everywhere else.
+type Credentials struct {
+	OSSAccessKeyID     string `json:"oss_access_key_id,omitempty"`
+	OSSAccessKeySecret string `json:"oss_access_key_secret,omitempty"`
+	OSSSecurityToken   string `json:"oss_security_token,omitempty"`
+	HDFSUser           string `json:"hdfs_user,omitempty"`
+}
+
+// String keeps the wire type from printing its secret, too.
+func (c Credentials) String() string { return c.node().String() }
+
+// GoString redacts %#v.
+func (c Credentials) GoString() string { return c.node().String() }
+
+func (c Credentials) node() node.Credentials {
+	return node.Credentials{OSSAccessKeyID: c.OSSAccessKeyID, OSSAccessKeySecret: c.OSSAccessKeySecret,
+		OSSSecurityToken: c.OSSSecurityToken, HDFSUser: c.HDFSUser}
+}
+
+func wireCredentials(c node.Credentials) *Credentials {
+	if c.IsZero() {
+		return nil
+	}
+	return &Credentials{OSSAccessKeyID: c.OSSAccessKeyID, OSSAccessKeySecret: c.OSSAccessKeySecret,
+		OSSSecurityToken: c.OSSSecurityToken, HDFSUser: c.HDFSUser}
+}
+
+// UnmountRequest is the body of POST /v1/unmount and /v1/drain.
+type UnmountRequest struct {
+	Target string `json:"target"`
+	// NoDrain unmounts without draining (what is not uploaded stays
+	// journaled for the next mount of the channel).
+	NoDrain bool `json:"no_drain,omitempty"`
+}
+
+// errorBody is the body of every error reply.
+type errorBody struct {
+	Error string `json:"error"`
+}

@@ -1,0 +1,251 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"io"
+	"log/slog"
+	"sync"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/all"
+	"github.com/mlfsd/mlfsd/backends/oss"
+)
+
+// backendPool keeps one open backend per (store location, options,
+// credentials), shared by every mount of it and closed with the last one.
+type backendPool struct {
+	log *slog.Logger
+
+	mu   sync.Mutex
+	open map[string]*pooled // GUARDED_BY(mu): by poolKey
+}
+
+type pooled struct {
+	b    backends.Backend
+	refs int // GUARDED_BY(backendPool.mu)
+}
+
+func newBackendPool(log *slog.Logger) *backendPool {
+	return &backendPool{log: log, open: map[string]*pooled{}}
+}
+
+// backendOptions applies the request's credentials to the mount's backend
+// options.
+func backendOptions(opt all.Options, c Credentials) all.Options {
+	if c.OSSAccessKeyID != "" || c.OSSAccessKeySecret != "" {
+		opt.OSS.Credentials = &oss.Credentials{AccessKeyID: c.OSSAccessKeyID, AccessKeySecret: c.OSSAccessKeySecret, SecurityToken: c.OSSSecurityToken}
+	}
+	if c.HDFSUser != "" {
+		opt.HDFS.User = c.HDFSUser
+	}
+	return opt
+}
+
+// acquire opens (or shares) the backend of u's directory. release must be
+// called once the caller is done with it.
+func (p *backendPool) acquire(ctx context.Context, u backends.URI, opt all.Options, c Credentials) (b backends.Backend, key string, release func(), err error) {
+	o, err := json.Marshal(struct {
+		URI  string
+		Opt  all.Options
+		Cred string
+	}{u.Dir().String(), opt, c.fingerprint()})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	pk := string(o)
+	p.mu.Lock()
+	if e, ok := p.open[pk]; ok {
+		e.refs++
+		p.mu.Unlock()
+		return e.b, u.Base(), p.releaser(pk), nil
+	}
+	p.mu.Unlock()
+	// Opened outside the lock: opening probes the store over the network.
+	nb, key, err := all.Open(ctx, u, backendOptions(opt, c), p.log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.open[pk]; ok { // opened by another caller meanwhile
+		e.refs++
+		nb.Close()
+		return e.b, key, p.releaser(pk), nil
+	}
+	p.open[pk] = &pooled{b: nb, refs: 1}
+	return nb, key, p.releaser(pk), nil
+}
+
+func (p *backendPool) releaser(pk string) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.mu.Lock()
+			e := p.open[pk]
+			e.refs--
+			last := e.refs == 0
+			if last {
+				delete(p.open, pk)
+			}
+			p.mu.Unlock()
+			if last {
+				if err := e.b.Close(); err != nil {
+					p.log.Warn("closing backend", "backend", e.b.ID(), "err", err)
+				}
+			}
+		})
+	}
+}
+
+// backendCounter receives one observation per backend call.
+type backendCounter interface {
+	request(op string, err error)
+	readBytes(n int)
+}
+
+// instrument wraps b so that every call is counted, keeping the optional
+// interfaces b has (writeback checks them by type assertion). For a
+// combination it does not know, b is returned as is: uncounted rather than
+// changed in behaviour.
+func instrument(b backends.Backend, m backendCounter) backends.Backend {
+	base := &counted{Backend: b, m: m}
+	_, r := b.(backends.Renamer)
+	_, c := b.(backends.Copier)
+	_, d := b.(backends.DirMaker)
+	_, a := b.(backends.Appender)
+	switch {
+	case !r && !c && !d && !a:
+		return base
+	case r && d && a && !c: // NAS, HDFS
+		return &countedRDA{base}
+	case c && d && !r && !a: // OSS
+		return &countedCD{base}
+	}
+	return b
+}
+
+// counted is a Backend decorator counting requests by operation and
+// result, and the bytes read.
+type counted struct {
+	backends.Backend
+	m backendCounter
+}
+
+func (c *counted) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	i, err := c.Backend.Stat(ctx, key)
+	c.m.request("stat", err)
+	return i, err
+}
+
+func (c *counted) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
+	p, err := c.Backend.List(ctx, opt)
+	c.m.request("list", err)
+	return p, err
+}
+
+func (c *counted) Read(ctx context.Context, key string, opt backends.ReadOptions) (io.ReadCloser, error) {
+	r, err := c.Backend.Read(ctx, key, opt)
+	c.m.request("read", err)
+	if err != nil {
+		return nil, err
+	}
+	return &countedReader{ReadCloser: r, m: c.m}, nil
+}
+
+func (c *counted) Write(ctx context.Context, key string, opt backends.WriteOptions) (backends.Writer, error) {
+	w, err := c.Backend.Write(ctx, key, opt)
+	if err != nil {
+		c.m.request("write", err)
+		return nil, err
+	}
+	cw := &countedWriter{Writer: w, m: c.m}
+	if _, ok := w.(backends.ReaderAtWriter); ok {
+		return &countedRAWriter{cw}, nil
+	}
+	return cw, nil
+}
+
+func (c *counted) Delete(ctx context.Context, key string) error {
+	err := c.Backend.Delete(ctx, key)
+	c.m.request("delete", err)
+	return err
+}
+
+type countedRDA struct{ *counted }
+
+func (c *countedRDA) Rename(ctx context.Context, from, to string) error {
+	err := c.Backend.(backends.Renamer).Rename(ctx, from, to)
+	c.m.request("rename", err)
+	return err
+}
+
+func (c *countedRDA) MakeDir(ctx context.Context, key string) error {
+	err := c.Backend.(backends.DirMaker).MakeDir(ctx, key)
+	c.m.request("mkdir", err)
+	return err
+}
+
+func (c *countedRDA) Append(ctx context.Context, key string) (backends.Writer, error) {
+	w, err := c.Backend.(backends.Appender).Append(ctx, key)
+	c.m.request("append", err)
+	return w, err
+}
+
+type countedCD struct{ *counted }
+
+func (c *countedCD) Copy(ctx context.Context, from, to string) (backends.ObjectInfo, error) {
+	i, err := c.Backend.(backends.Copier).Copy(ctx, from, to)
+	c.m.request("copy", err)
+	return i, err
+}
+
+func (c *countedCD) MakeDir(ctx context.Context, key string) error {
+	err := c.Backend.(backends.DirMaker).MakeDir(ctx, key)
+	c.m.request("mkdir", err)
+	return err
+}
+
+type countedReader struct {
+	io.ReadCloser
+	m backendCounter
+}
+
+func (r *countedReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	r.m.readBytes(n)
+	return n, err
+}
+
+// countedWriter counts a write once, at Commit or Abort.
+type countedWriter struct {
+	backends.Writer
+	m backendCounter
+}
+
+func (w *countedWriter) Commit(ctx context.Context) (backends.ObjectInfo, error) {
+	i, err := w.Writer.Commit(ctx)
+	w.m.request("write", err)
+	return i, err
+}
+
+type countedRAWriter struct{ *countedWriter }
+
+func (w *countedRAWriter) WriteReaderAt(r io.ReaderAt, size int64) error {
+	return w.Writer.(backends.ReaderAtWriter).WriteReaderAt(r, size)
+}
+
+// resultOf is the result label of a backend call.
+func resultOf(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, backends.ErrNotExist):
+		return "not_found"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "error"
+}

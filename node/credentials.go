@@ -1,0 +1,57 @@
+package node
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+)
+
+// Credentials are what a mount request brings to reach its store: an OSS
+// access key (and STS token), an HDFS user. Empty fields fall back to the
+// node's own configuration (its environment or --oss-credentials-file).
+//
+// The secret and the token never leave this struct by formatting: String,
+// GoString, LogValue and MarshalJSON all redact them. The daemon API moves
+// them with its own wire type, in request bodies only.
+type Credentials struct {
+	OSSAccessKeyID     string
+	OSSAccessKeySecret string
+	OSSSecurityToken   string
+	HDFSUser           string
+}
+
+// IsZero reports whether no credential is set.
+func (c Credentials) IsZero() bool { return c == Credentials{} }
+
+func (c Credentials) redacted() string {
+	if c.IsZero() {
+		return "credentials{}"
+	}
+	return fmt.Sprintf("credentials{oss_access_key_id=%q hdfs_user=%q secret=redacted}", c.OSSAccessKeyID, c.HDFSUser)
+}
+
+// String redacts the secret and the token.
+func (c Credentials) String() string { return c.redacted() }
+
+// GoString redacts %#v as well.
+func (c Credentials) GoString() string { return c.redacted() }
+
+// LogValue redacts in slog records (text and JSON).
+func (c Credentials) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("oss_access_key_id", c.OSSAccessKeyID), slog.String("hdfs_user", c.HDFSUser))
+}
+
+// MarshalJSON redacts in JSON.
+func (c Credentials) MarshalJSON() ([]byte, error) {
+	return []byte(fmt.Sprintf(`{"oss_access_key_id":%q,"hdfs_user":%q}`, c.OSSAccessKeyID, c.HDFSUser)), nil
+}
+
+// fingerprint identifies the credentials without revealing them, to tell
+// whether two requests carry the same ones (a salted hash: it is kept only
+// in memory and compared, never logged or written).
+func (c Credentials) fingerprint() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "mlfsd-credentials\x00%s\x00%s\x00%s\x00%s", c.OSSAccessKeyID, c.OSSAccessKeySecret, c.OSSSecurityToken, c.HDFSUser)
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,624 @@
+// Package node is the service layer of mlfsd: the mounts of one host. A Node
+// owns the backends (one client per store location and credentials), one
+// block cache shared by every input mount, one write-back store per output
+// mount, the mount / drain / unmount lifecycle, the mount table kept in a
+// state directory, and the Prometheus registry. `mlfsd mount`, `mlfsd run`
+// and `mlfsd daemon` are thin callers of it.
+//
+// Lock order: Node.mu, then mount.mu. Node.cacheMu is a leaf. No lock is
+// held while mounting, unmounting, draining or talking to a store.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/cache"
+	mfs "github.com/mlfsd/mlfsd/fs"
+	"github.com/mlfsd/mlfsd/writeback"
+)
+
+// Errors callers can test for with errors.Is.
+var (
+	// ErrNotMounted: no mount of this node at that target.
+	ErrNotMounted = errors.New("not mounted by this mlfsd")
+	// ErrTargetBusy: the target holds a different mount of this node.
+	ErrTargetBusy = errors.New("target already mounted")
+	// ErrClosed: the node is shutting down.
+	ErrClosed = errors.New("mlfsd node is shutting down")
+)
+
+// Options configure a Node.
+type Options struct {
+	// Settings are the node's own settings (cache, staging root) and the
+	// defaults of every mount. Start from Defaults().
+	Settings Settings
+	// StateDir, when set, keeps the mount table there, so that a node
+	// started again after a crash serves the same mounts again (Restore).
+	StateDir string
+	// CacheFallback lets input mounts run with a memory-only cache when the
+	// cache directory is locked by another process, instead of failing.
+	CacheFallback bool
+	// Log receives diagnostics (nil: discarded).
+	Log *slog.Logger
+	// Progress receives drain progress lines (nil: none).
+	Progress io.Writer
+	// FUSEDebug logs every FUSE request (very verbose).
+	FUSEDebug bool
+	// OpenCache opens the shared cache in New rather than at the first
+	// input mount, so that a busy or unusable cache directory fails at
+	// start (a daemon).
+	OpenCache bool
+}
+
+// MountRequest asks for one mount.
+type MountRequest struct {
+	// URI is the channel: oss://, hdfs://, nas:// or file://. An output
+	// must be a directory URI (ending in '/').
+	URI string
+	// Target is the mountpoint: an existing empty directory.
+	Target string
+	// ReadOnly mounts an input channel (cached, read-only); otherwise an
+	// output channel (write-back).
+	ReadOnly bool
+	// Options override mount-scope options of the table by name
+	// ("oss-part-size": "16MiB"); each is validated.
+	Options map[string]string
+	// Credentials to reach the store; empty fields use the node's own.
+	Credentials Credentials
+}
+
+// MountInfo describes a live mount.
+type MountInfo struct {
+	Target    string            `json:"target"`
+	URI       string            `json:"uri"`
+	ReadOnly  bool              `json:"read_only"`
+	Options   map[string]string `json:"options,omitempty"`
+	MountedAt time.Time         `json:"mounted_at"`
+}
+
+// MountStatus is a mount's figures.
+type MountStatus struct {
+	MountInfo
+	// ReadBytes: bytes the daemon served to readers of an input mount
+	// (reads the kernel serves itself by passthrough are not seen here).
+	ReadBytes int64 `json:"read_bytes"`
+	// BackendReadBytes and BackendRequests: what this mount asked of its store.
+	BackendReadBytes int64 `json:"backend_read_bytes"`
+	BackendRequests  int64 `json:"backend_requests"`
+	// CacheHitBytes by tier (memory, disk, passthrough) are node-wide
+	// until the cache gives per-mount views (see cacheTierFigures).
+	CacheHitBytes map[string]int64 `json:"cache_hit_bytes,omitempty"`
+	// Upload queue of an output mount.
+	UploadPendingFiles int64 `json:"upload_pending_files"`
+	UploadPendingBytes int64 `json:"upload_pending_bytes"`
+	UploadFailedFiles  int64 `json:"upload_failed_files"`
+}
+
+// Node is the set of mounts of one host. It is safe for concurrent use.
+type Node struct {
+	opt   Options
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	pool  *backendPool
+	state *stateFile // nil without Options.StateDir
+
+	cacheMu sync.Mutex
+	cache   *cache.Cache // GUARDED_BY(cacheMu): made by the first input mount
+
+	mu     sync.Mutex
+	mounts map[string]*mount // GUARDED_BY(mu): by target, including mounts under way
+	closed bool              // GUARDED_BY(mu)
+}
+
+// mount is one mount of the node.
+type mount struct {
+	req   MountRequest // as asked, credentials included (memory only)
+	info  MountInfo
+	ready chan struct{} // closed when mounting finished (err set on failure)
+	err   error
+
+	// Set before ready is closed, read-only afterwards.
+	srv            *mfs.Server
+	store          *writeback.Store // outputs
+	src            *countingSource  // inputs
+	metrics        *mountMetrics
+	releaseBackend func()
+	done           chan struct{} // closed once unmounted and released
+
+	mu         sync.Mutex
+	unmounting bool // GUARDED_BY(mu): Unmount was called (not an external umount)
+}
+
+// live reports whether m finished mounting successfully.
+func (m *mount) live() bool {
+	select {
+	case <-m.ready:
+		return m.err == nil
+	default:
+		return false
+	}
+}
+
+// New makes a node. Nothing is mounted until Mount (or Restore).
+func New(ctx context.Context, opt Options) (*Node, error) {
+	if err := opt.Settings.Validate(); err != nil {
+		return nil, err
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{opt: opt, log: opt.Log, pool: newBackendPool(opt.Log), mounts: map[string]*mount{}}
+	n.reg = newNodeRegistry(n)
+	if opt.OpenCache {
+		if _, err := n.sharedCache(); err != nil {
+			return nil, err
+		}
+	}
+	if opt.StateDir != "" {
+		st, err := openState(opt.StateDir)
+		if err != nil {
+			return nil, err
+		}
+		n.state = st
+	}
+	return n, nil
+}
+
+// Registry is the node-wide metrics registry; every mount's metrics are
+// served beside it by Handler.
+func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// sameRequest reports whether two requests ask for the same mount.
+func sameRequest(a, b MountRequest) bool {
+	return a.URI == b.URI && a.ReadOnly == b.ReadOnly && maps.Equal(a.Options, b.Options) &&
+		a.Credentials.fingerprint() == b.Credentials.fingerprint()
+}
+
+func kind(readOnly bool) string {
+	if readOnly {
+		return "input (read-only)"
+	}
+	return "output (write-back)"
+}
+
+// Mount mounts req and returns once the mount is up. The same request again
+// for the same target returns the live mount; a different one is refused
+// with ErrTargetBusy. On error nothing stays mounted or open.
+func (n *Node) Mount(ctx context.Context, req MountRequest) (MountInfo, error) {
+	if req.Target == "" {
+		return MountInfo{}, errors.New("mount: a target (mountpoint) is required")
+	}
+	target, err := filepath.Abs(req.Target)
+	if err != nil {
+		return MountInfo{}, fmt.Errorf("mount: target %q: %w", req.Target, err)
+	}
+	req.Target = target
+	if len(req.Options) == 0 {
+		req.Options = nil
+	}
+	u, err := backends.ParseURI(req.URI)
+	if err != nil {
+		return MountInfo{}, err
+	}
+	set, err := n.opt.Settings.WithMountOptions(req.Options)
+	if err != nil {
+		return MountInfo{}, err
+	}
+	if !req.ReadOnly && !u.IsDir() {
+		return MountInfo{}, fmt.Errorf("output channel %s must be a directory URI (end it with '/')", u)
+	}
+
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return MountInfo{}, ErrClosed
+	}
+	if m, ok := n.mounts[target]; ok {
+		n.mu.Unlock()
+		if !sameRequest(m.req, req) {
+			return MountInfo{}, fmt.Errorf("%w: %s holds %s as an %s; unmount it first", ErrTargetBusy, target, m.req.URI, kind(m.req.ReadOnly))
+		}
+		select {
+		case <-m.ready:
+		case <-ctx.Done():
+			return MountInfo{}, ctx.Err()
+		}
+		if m.err != nil {
+			return MountInfo{}, m.err
+		}
+		return m.info, nil
+	}
+	m := &mount{req: req, ready: make(chan struct{}), done: make(chan struct{})}
+	n.mounts[target] = m
+	n.mu.Unlock()
+
+	err = n.mountNow(ctx, m, u, set)
+	if err != nil {
+		m.err = err
+		n.mu.Lock()
+		delete(n.mounts, target)
+		n.mu.Unlock()
+		close(m.ready)
+		return MountInfo{}, err
+	}
+	close(m.ready)
+	go n.watch(m)
+	n.saveState()
+	n.log.Info("mounted", "source", u.String(), "mountpoint", target, "read_only", req.ReadOnly)
+	return m.info, nil
+}
+
+// mountNow does the mounting of m; on error it leaves nothing behind.
+func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Settings) (err error) {
+	target := m.req.Target
+	if err := PrepareMountpoint(target, n.log); err != nil {
+		return err
+	}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	if !m.req.ReadOnly && u.Scheme == backends.SchemeNAS {
+		// An output directory need not exist yet (an OSS prefix never has
+		// to); the NAS backend opens only existing roots.
+		if err := os.MkdirAll(u.Path, 0o755); err != nil {
+			return fmt.Errorf("create output directory %s: %w", u.Path, err)
+		}
+	}
+	raw, key, release, err := n.pool.acquire(ctx, u, set.Backend, m.req.Credentials)
+	if err != nil {
+		return err
+	}
+	undo = append(undo, release)
+	m.releaseBackend = release
+	m.metrics = newMountMetrics(target)
+	b := instrument(raw, m.metrics)
+	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug}
+
+	if m.req.ReadOnly {
+		c, err := n.sharedCache()
+		if err != nil {
+			return err
+		}
+		m.src = &countingSource{Source: c, m: m.metrics}
+		mopt.ReadOnly = true
+		srv, err := mfs.MountInput(target, b, mfs.InputOptions{Source: m.src, Key: key, Log: n.log}, mopt)
+		if err != nil {
+			return err
+		}
+		m.srv = srv
+	} else {
+		o := set.Output
+		st, err := writeback.Open(ctx, b, writeback.Options{
+			StagingDir:      o.StagingDir,
+			Concurrency:     o.Concurrency,
+			StagingSync:     o.StagingSync,
+			MaxAttempts:     o.Retries,
+			BandwidthLimit:  o.BandwidthLimit,
+			StreamThreshold: o.StreamThreshold,
+			Registry:        prometheus.WrapRegistererWith(prometheus.Labels{"mount": target}, m.metrics.reg),
+			Log:             n.log,
+		})
+		if err != nil {
+			return err
+		}
+		undo = append(undo, func() { st.Close() })
+		srv, err := mfs.MountOutput(ctx, target, mfs.OutputOptions{Store: st, FsyncDurable: o.FsyncDurable, NoPassthrough: !o.Passthrough, Log: n.log}, mopt)
+		if err != nil {
+			return err
+		}
+		m.store = st
+		m.srv = srv
+	}
+	m.info = MountInfo{Target: target, URI: u.String(), ReadOnly: m.req.ReadOnly, Options: m.req.Options, MountedAt: time.Now().UTC()}
+	return nil
+}
+
+// sharedCache returns the node's block cache, making it on first use.
+func (n *Node) sharedCache() (*cache.Cache, error) {
+	n.cacheMu.Lock()
+	defer n.cacheMu.Unlock()
+	if n.cache != nil {
+		return n.cache, nil
+	}
+	c := n.opt.Settings.Cache
+	opt := cache.Options{
+		Dir:            c.Dir,
+		MemoryBytes:    c.MemoryBytes,
+		DiskBytes:      c.DiskBytes,
+		FreeFloorBytes: c.FreeFloorBytes,
+		MaxWindow:      c.MaxWindow,
+		TotalRequests:  c.Requests,
+		NoPassthrough:  c.NoPassthrough,
+		Log:            n.log,
+	}
+	if c.NoWarm {
+		opt.WarmAfter = -1
+	}
+	if opt.FreeFloorBytes == 0 {
+		opt.FreeFloorBytes = 1 // 0 would mean "default"; the user asked for none
+	}
+	sc, err := cache.New(opt)
+	if errors.Is(err, cache.ErrDirBusy) && n.opt.CacheFallback {
+		// Another process owns that disk cache: serve from memory rather
+		// than refuse to mount.
+		n.log.Warn("disk cache in use by another process; running without one (give --cache-dir, or mount through `mlfsd daemon` to share one cache)", "dir", c.Dir)
+		opt.Dir = ""
+		sc, err = cache.New(opt)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read cache: %w", err)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// Blocks the memory tier dropped are garbage until the next GC; a
+		// soft limit keeps the heap near --cache-memory instead of twice it.
+		debug.SetMemoryLimit(c.MemoryBytes + 160<<20)
+	}
+	n.cache = sc
+	return sc, nil
+}
+
+// cacheFigures returns the cache's per-tier figures, if there is a cache.
+func (n *Node) cacheFigures() (tierFigures, bool) {
+	n.cacheMu.Lock()
+	c := n.cache
+	n.cacheMu.Unlock()
+	if c == nil {
+		return tierFigures{}, false
+	}
+	return cacheTierFigures(c.Stats(), cache.DefaultOptions().BlockSize), true
+}
+
+func (n *Node) countMounts() (in, out int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, m := range n.mounts {
+		if !m.live() {
+			continue
+		}
+		if m.req.ReadOnly {
+			in++
+		} else {
+			out++
+		}
+	}
+	return in, out
+}
+
+// watch waits for m's mount to go away, by Unmount or externally (someone
+// ran umount). An output unmounted externally is still drained, so closed
+// files are not left behind. Then it releases what the mount held.
+func (n *Node) watch(m *mount) {
+	m.srv.Wait()
+	m.mu.Lock()
+	external := !m.unmounting
+	m.mu.Unlock()
+	if external {
+		n.log.Warn("unmounted externally", "mountpoint", m.info.Target)
+		if m.store != nil {
+			n.log.Warn("output mount was unmounted externally; uploading what was closed", "mountpoint", m.info.Target)
+			if err := m.store.Drain(context.Background(), n.progress(m)); err != nil {
+				n.log.Error("drain after external unmount", "mountpoint", m.info.Target, "err", err)
+			}
+		}
+	}
+	if m.store != nil {
+		if p := m.store.Pending(); p > 0 {
+			n.log.Warn("files closed after the drain stay journaled in the staging dir; they are uploaded at the next mount of this channel",
+				"files", p, "staging_dir", m.store.StagingDir())
+		}
+		m.store.Close()
+	}
+	m.releaseBackend()
+	n.mu.Lock()
+	if n.mounts[m.info.Target] == m {
+		delete(n.mounts, m.info.Target)
+	}
+	n.mu.Unlock()
+	n.saveState()
+	close(m.done)
+}
+
+func (n *Node) progress(m *mount) func(writeback.Progress) {
+	if n.opt.Progress == nil {
+		return nil
+	}
+	return writeback.PrintProgress(n.opt.Progress, m.info.URI)
+}
+
+// find returns the live mount at target.
+func (n *Node) find(ctx context.Context, target string) (*mount, error) {
+	abs, err := filepath.Abs(target)
+	if err != nil {
+		return nil, fmt.Errorf("target %q: %w", target, err)
+	}
+	n.mu.Lock()
+	m, ok := n.mounts[abs]
+	n.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", abs, ErrNotMounted)
+	}
+	select {
+	case <-m.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if m.err != nil {
+		return nil, fmt.Errorf("%s: %w", abs, ErrNotMounted)
+	}
+	return m, nil
+}
+
+// Done returns a channel closed once the mount at target is gone (by
+// Unmount or externally) and released. Unknown targets: ErrNotMounted.
+func (n *Node) Done(target string) (<-chan struct{}, error) {
+	m, err := n.find(context.Background(), target)
+	if err != nil {
+		return nil, err
+	}
+	return m.done, nil
+}
+
+// Drain waits until every file closed so far on the output mount at target
+// is durable in its store (a no-op for an input).
+func (n *Node) Drain(ctx context.Context, target string) error {
+	m, err := n.find(ctx, target)
+	if err != nil {
+		return err
+	}
+	if m.store == nil {
+		return nil
+	}
+	return m.store.Drain(ctx, n.progress(m))
+}
+
+// Detach unmounts without draining first: an output's closed files not yet
+// uploaded stay journaled and are uploaded at the next mount of the channel
+// (for callers that drained already, such as a job runner).
+func (n *Node) Detach(ctx context.Context, target string) error {
+	return n.unmount(ctx, target, false)
+}
+
+// Unmount drains an output mount (until ctx is done: what is not uploaded
+// by then stays journaled for the next mount of the channel), then
+// detaches the mount and releases what it held.
+func (n *Node) Unmount(ctx context.Context, target string) error {
+	return n.unmount(ctx, target, true)
+}
+
+func (n *Node) unmount(ctx context.Context, target string, drain bool) error {
+	m, err := n.find(ctx, target)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	again := m.unmounting
+	m.unmounting = true
+	m.mu.Unlock()
+	if again {
+		<-m.done
+		return nil
+	}
+	var derr error
+	if drain && m.store != nil {
+		n.log.Info("draining", "mountpoint", m.info.Target)
+		if derr = m.store.Drain(ctx, n.progress(m)); derr != nil {
+			derr = fmt.Errorf("drain %s: %w", m.info.Target, derr)
+		}
+	}
+	if err := m.srv.Unmount(); err != nil {
+		// Still mounted: a later Unmount may try again.
+		m.mu.Lock()
+		m.unmounting = false
+		m.mu.Unlock()
+		return errors.Join(derr, err)
+	}
+	<-m.done
+	n.log.Info("unmounted", "mountpoint", m.info.Target)
+	return derr
+}
+
+// List returns the live mounts, by target.
+func (n *Node) List() []MountInfo {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []MountInfo
+	for _, m := range n.mounts {
+		if m.live() {
+			out = append(out, m.info)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Target < out[j].Target })
+	return out
+}
+
+// Status returns every live mount's figures, by target.
+func (n *Node) Status() []MountStatus {
+	n.mu.Lock()
+	ms := make([]*mount, 0, len(n.mounts))
+	for _, m := range n.mounts {
+		if m.live() {
+			ms = append(ms, m)
+		}
+	}
+	n.mu.Unlock()
+	fig, hasCache := n.cacheFigures()
+	out := make([]MountStatus, 0, len(ms))
+	for _, m := range ms {
+		s := MountStatus{MountInfo: m.info}
+		s.BackendReadBytes, s.BackendRequests = m.metrics.backendFigures()
+		if m.src != nil {
+			s.ReadBytes = m.src.n.Load()
+			if hasCache {
+				s.CacheHitBytes = fig.hitBytes
+			}
+		}
+		if m.store != nil {
+			u := m.store.UploadStats()
+			s.UploadPendingFiles, s.UploadPendingBytes, s.UploadFailedFiles = u.PendingFiles, u.PendingBytes, u.FailedFiles
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Target < out[j].Target })
+	return out
+}
+
+func (n *Node) isClosed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.closed
+}
+
+// Close unmounts everything (draining outputs until ctx is done), then
+// closes the cache. The node cannot be used afterwards.
+func (n *Node) Close(ctx context.Context) error {
+	n.mu.Lock()
+	n.closed = true
+	var targets []string
+	for t := range n.mounts {
+		targets = append(targets, t)
+	}
+	n.mu.Unlock()
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := n.Unmount(ctx, t); err != nil && !errors.Is(err, ErrNotMounted) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	n.cacheMu.Lock()
+	if n.cache != nil {
+		if err := n.cache.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing cache: %w", err))
+		}
+		n.cache = nil
+	}
+	n.cacheMu.Unlock()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,440 @@
+package node
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/pflag"
+
+	"github.com/mlfsd/mlfsd/backends/all"
+)
+
+// Settings are every tunable of a node, typed. Start from Defaults(): the
+// zero value is not a working configuration.
+type Settings struct {
+	Cache   CacheSettings
+	Backend all.Options
+	Output  OutputSettings
+}
+
+// CacheSettings configure the one block cache of a node (node-wide).
+type CacheSettings struct {
+	Dir                                               string
+	MemoryBytes, DiskBytes, FreeFloorBytes, MaxWindow int64
+	Requests                                          int
+	NoWarm, NoPassthrough                             bool
+}
+
+// OutputSettings configure the write-back of output mounts.
+type OutputSettings struct {
+	StagingDir                      string
+	Concurrency, Retries            int
+	FsyncDurable, StagingSync       bool
+	BandwidthLimit, StreamThreshold int64
+	Passthrough                     bool
+}
+
+// Scope says where an option may be set.
+type Scope int
+
+const (
+	// ScopeNode options configure the node itself (its cache, its staging
+	// root); a mount request may not change them.
+	ScopeNode Scope = iota
+	// ScopeMount options are defaults of every mount that a mount request
+	// may override (backend and upload tuning).
+	ScopeMount
+)
+
+// Group sorts options by subsystem, so each subcommand shows only the flags
+// it uses.
+type Group int
+
+// The option groups.
+const (
+	GroupCache Group = iota
+	GroupOSS
+	GroupHDFS
+	GroupOutput
+)
+
+// Option is one row of the options table: a flag of the CLI and a key of a
+// mount request's options.
+type Option struct {
+	Name    string // flag name, without dashes
+	Group   Group
+	Scope   Scope
+	Kind    string // what pflag shows: size, int, bool, duration, string, strings
+	Default string // parsed like any value, by Set
+	Help    string
+	set     func(s *Settings, v string) error // parses and validates v
+	get     func(s *Settings) string
+}
+
+// Set parses v, validates it and stores it in s. An invalid value is an
+// error naming the option and the value; it never becomes a default.
+func (o *Option) Set(s *Settings, v string) error {
+	if err := o.set(s, v); err != nil {
+		return fmt.Errorf("--%s %q: %w", o.Name, v, err)
+	}
+	return nil
+}
+
+// Get returns the value of o in s, formatted as Set accepts it.
+func (o *Option) Get(s *Settings) string { return o.get(s) }
+
+// ParseSize parses a byte size with units: 512MiB, 4GiB, 1G, 1048576, 0.
+// It is the one size parser of every option.
+func ParseSize(v string) (int64, error) {
+	if strings.HasPrefix(strings.TrimSpace(v), "-") {
+		return 0, fmt.Errorf("a size cannot be negative")
+	}
+	n, err := humanize.ParseBytes(v)
+	if err != nil {
+		return 0, fmt.Errorf("not a size (want e.g. 512MiB, 4GiB)")
+	}
+	if n > math.MaxInt64 {
+		return 0, fmt.Errorf("too large")
+	}
+	return int64(n), nil
+}
+
+// FormatSize formats n as ParseSize reads it back.
+func FormatSize(n int64) string {
+	if n == 0 {
+		return "0"
+	}
+	return strings.ReplaceAll(humanize.IBytes(uint64(n)), " ", "")
+}
+
+func sizeOpt(name string, g Group, sc Scope, def string, lo, hi int64, help string, p func(*Settings) *int64) Option {
+	return Option{Name: name, Group: g, Scope: sc, Kind: "size", Default: def, Help: help,
+		set: func(s *Settings, v string) error {
+			n, err := ParseSize(v)
+			if err != nil {
+				return err
+			}
+			if n < lo || n > hi {
+				return fmt.Errorf("want %s to %s", FormatSize(lo), FormatSize(hi))
+			}
+			*p(s) = n
+			return nil
+		},
+		get: func(s *Settings) string { return FormatSize(*p(s)) },
+	}
+}
+
+func intOpt(name string, g Group, sc Scope, def, lo, hi int, help string, p func(*Settings) *int) Option {
+	return Option{Name: name, Group: g, Scope: sc, Kind: "int", Default: strconv.Itoa(def), Help: help,
+		set: func(s *Settings, v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return fmt.Errorf("not a whole number")
+			}
+			if n < lo || n > hi {
+				return fmt.Errorf("want %d to %d", lo, hi)
+			}
+			*p(s) = n
+			return nil
+		},
+		get: func(s *Settings) string { return strconv.Itoa(*p(s)) },
+	}
+}
+
+func boolOpt(name string, g Group, sc Scope, def bool, help string, p func(*Settings) *bool) Option {
+	return Option{Name: name, Group: g, Scope: sc, Kind: "bool", Default: strconv.FormatBool(def), Help: help,
+		set: func(s *Settings, v string) error {
+			b, err := strconv.ParseBool(strings.TrimSpace(v))
+			if err != nil {
+				return fmt.Errorf("want true or false")
+			}
+			*p(s) = b
+			return nil
+		},
+		get: func(s *Settings) string { return strconv.FormatBool(*p(s)) },
+	}
+}
+
+func durOpt(name string, g Group, sc Scope, def time.Duration, help string, p func(*Settings) *time.Duration) Option {
+	return Option{Name: name, Group: g, Scope: sc, Kind: "duration", Default: def.String(), Help: help,
+		set: func(s *Settings, v string) error {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				return fmt.Errorf("not a duration (want e.g. 30s, 2m)")
+			}
+			if d <= 0 {
+				return fmt.Errorf("want more than 0")
+			}
+			*p(s) = d
+			return nil
+		},
+		get: func(s *Settings) string { return (*p(s)).String() },
+	}
+}
+
+func strOpt(name string, g Group, sc Scope, def, help string, p func(*Settings) *string) Option {
+	return Option{Name: name, Group: g, Scope: sc, Kind: "string", Default: def, Help: help,
+		set: func(s *Settings, v string) error {
+			if strings.ContainsAny(v, "\x00\n") {
+				return fmt.Errorf("contains a NUL or newline")
+			}
+			*p(s) = v
+			return nil
+		},
+		get: func(s *Settings) string { return *p(s) },
+	}
+}
+
+func listOpt(name string, g Group, sc Scope, help string, p func(*Settings) *[]string) Option {
+	return Option{Name: name, Group: g, Scope: sc, Kind: "strings", Help: help,
+		set: func(s *Settings, v string) error {
+			var out []string
+			for _, f := range strings.Split(v, ",") {
+				if f = strings.TrimSpace(f); f != "" {
+					out = append(out, f)
+				}
+			}
+			*p(s) = out
+			return nil
+		},
+		get: func(s *Settings) string { return strings.Join(*p(s), ",") },
+	}
+}
+
+// defaultCacheDir is where the disk cache lives unless told otherwise.
+func defaultCacheDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "mlfsd")
+	}
+	return filepath.Join(os.TempDir(), "mlfsd-cache")
+}
+
+// Table returns the options table: every tunable, its default, its help and
+// its validation, in one place. cmd generates its flags from it and mount
+// requests are validated against it.
+func Table() []Option {
+	const maxSize = 1 << 62
+	return []Option{
+		// The read cache (node-wide).
+		strOpt("cache-dir", GroupCache, ScopeNode, defaultCacheDir(),
+			`disk cache of input data; it survives restarts ("" keeps no disk cache)`,
+			func(s *Settings) *string { return &s.Cache.Dir }),
+		sizeOpt("cache-memory", GroupCache, ScopeNode, "512MiB", 1<<20, maxSize,
+			"memory cache size (e.g. 512MiB, 4GiB); the daemon stays within this plus 256MiB",
+			func(s *Settings) *int64 { return &s.Cache.MemoryBytes }),
+		sizeOpt("cache-disk", GroupCache, ScopeNode, "0", 0, maxSize,
+			"most bytes the disk cache holds (0: bounded only by --cache-free-floor)",
+			func(s *Settings) *int64 { return &s.Cache.DiskBytes }),
+		sizeOpt("cache-free-floor", GroupCache, ScopeNode, "2GiB", 0, maxSize,
+			"free space the disk cache always leaves on its filesystem",
+			func(s *Settings) *int64 { return &s.Cache.FreeFloorBytes }),
+		sizeOpt("prefetch-window", GroupCache, ScopeNode, "128MiB", 1<<20, maxSize,
+			"largest readahead window of a sequential reader (at most a quarter of --cache-memory)",
+			func(s *Settings) *int64 { return &s.Cache.MaxWindow }),
+		intOpt("prefetch-requests", GroupCache, ScopeNode, 64, 1, 4096,
+			"most ranged reads in flight to backends, over all files",
+			func(s *Settings) *int { return &s.Cache.Requests }),
+		boolOpt("no-prefetch-dirs", GroupCache, ScopeNode, false,
+			"do not fetch a directory's other small files ahead once several of them were opened",
+			func(s *Settings) *bool { return &s.Cache.NoWarm }),
+		boolOpt("no-passthrough", GroupCache, ScopeNode, false,
+			"serve cached files through the daemon instead of FUSE passthrough",
+			func(s *Settings) *bool { return &s.Cache.NoPassthrough }),
+
+		// OSS. Access keys are never options: they come from the
+		// environment, a credentials file, or a mount request's Credentials.
+		strOpt("oss-endpoint", GroupOSS, ScopeMount, "",
+			"OSS endpoint when the URI has none (default $OSS_ENDPOINT), e.g. oss-cn-hangzhou.aliyuncs.com or http://127.0.0.1:9000",
+			func(s *Settings) *string { return &s.Backend.OSS.Endpoint }),
+		strOpt("oss-credentials-file", GroupOSS, ScopeNode, "",
+			"file with accessKeyID/accessKeySecret[/stsToken] lines (mode 0600); default: the OSS_ACCESS_KEY_* environment",
+			func(s *Settings) *string { return &s.Backend.OSS.CredentialsFile }),
+		sizeOpt("oss-multipart-threshold", GroupOSS, ScopeMount, "16MiB", 0, 5<<30,
+			"OSS writes larger than this use a multipart upload",
+			func(s *Settings) *int64 { return &s.Backend.OSS.MultipartThreshold }),
+		sizeOpt("oss-part-size", GroupOSS, ScopeMount, "8MiB", 100<<10, 5<<30,
+			"OSS multipart part size",
+			func(s *Settings) *int64 { return &s.Backend.OSS.PartSize }),
+		intOpt("oss-upload-concurrency", GroupOSS, ScopeMount, 4, 1, 256,
+			"parts of one OSS write uploaded in parallel",
+			func(s *Settings) *int { return &s.Backend.OSS.Concurrency }),
+		intOpt("oss-retry-attempts", GroupOSS, ScopeMount, 10, 1, 1000,
+			"tries of one OSS request on 5xx, throttling and connection errors",
+			func(s *Settings) *int { return &s.Backend.OSS.Retry.MaxAttempts }),
+		durOpt("oss-retry-max-time", GroupOSS, ScopeMount, 2*time.Minute,
+			"time bound on retrying one OSS request",
+			func(s *Settings) *time.Duration { return &s.Backend.OSS.Retry.MaxElapsed }),
+
+		// HDFS. Authentication is SIMPLE: the user is a name, not a secret.
+		strOpt("hdfs-user", GroupHDFS, ScopeMount, "",
+			"HDFS user to act as (default $HADOOP_USER_NAME, then the current user)",
+			func(s *Settings) *string { return &s.Backend.HDFS.User }),
+		listOpt("hdfs-namenodes", GroupHDFS, ScopeMount,
+			"HDFS NameNode addresses host:port, comma-separated (HA); replaces the hosts of hdfs:// URIs",
+			func(s *Settings) *[]string { return &s.Backend.HDFS.Namenodes }),
+		strOpt("hdfs-conf-dir", GroupHDFS, ScopeMount, "",
+			"Hadoop configuration directory, to resolve HA nameservices in hdfs:// URIs (default $HADOOP_CONF_DIR)",
+			func(s *Settings) *string { return &s.Backend.HDFS.ConfDir }),
+		intOpt("hdfs-retries", GroupHDFS, ScopeMount, 5, 1, 1000,
+			"attempts for an HDFS operation that fails transiently",
+			func(s *Settings) *int { return &s.Backend.HDFS.Retries }),
+
+		// Output channels (write-back).
+		strOpt("staging-dir", GroupOutput, ScopeNode, "/var/lib/mlfsd/staging",
+			"local directory where output files are staged and the upload journal is kept; restart on the same dir to finish uploads",
+			func(s *Settings) *string { return &s.Output.StagingDir }),
+		intOpt("upload-concurrency", GroupOutput, ScopeMount, 4, 1, 1024,
+			"output files uploaded at once",
+			func(s *Settings) *int { return &s.Output.Concurrency }),
+		boolOpt("fsync-durable", GroupOutput, ScopeMount, true,
+			"fsync on an output file returns only once the file is durable in the backend (false: once journaled locally)",
+			func(s *Settings) *bool { return &s.Output.FsyncDurable }),
+		boolOpt("staging-fsync", GroupOutput, ScopeMount, false,
+			"fsync staged data at close, so closed files also survive a machine crash before upload",
+			func(s *Settings) *bool { return &s.Output.StagingSync }),
+		intOpt("upload-retries", GroupOutput, ScopeMount, 10, 1, 1000,
+			"attempts of a failing upload before it is reported as failed",
+			func(s *Settings) *int { return &s.Output.Retries }),
+		sizeOpt("upload-bwlimit", GroupOutput, ScopeMount, "0", 0, maxSize,
+			"cap on upload throughput per output channel, in bytes per second, e.g. 100MiB (0 = none)",
+			func(s *Settings) *int64 { return &s.Output.BandwidthLimit }),
+		sizeOpt("upload-stream-threshold", GroupOutput, ScopeMount, "0", 0, maxSize,
+			"a file written sequentially from empty starts uploading before close once this much is staged, e.g. 16MiB (0 = only after close)",
+			func(s *Settings) *int64 { return &s.Output.StreamThreshold }),
+		boolOpt("output-passthrough", GroupOutput, ScopeMount, true,
+			"let the kernel write output files' staging files directly (FUSE passthrough; needs root); false routes writes through mlfsd",
+			func(s *Settings) *bool { return &s.Output.Passthrough }),
+	}
+}
+
+// lookup returns the table row of name.
+func lookup(name string) (*Option, bool) {
+	for _, o := range Table() {
+		if o.Name == name {
+			return &o, true
+		}
+	}
+	return nil, false
+}
+
+// Defaults returns the settings every option's default gives.
+func Defaults() Settings {
+	var s Settings
+	for _, o := range Table() {
+		if err := o.set(&s, o.Default); err != nil && o.Kind != "strings" {
+			panic(fmt.Sprintf("options table: default of --%s: %v", o.Name, err)) // a bug in the table
+		}
+	}
+	return s
+}
+
+// Validate checks settings built in code (not through Set) against the
+// table's rules, by formatting each value and parsing it back.
+func (s Settings) Validate() error {
+	for _, o := range Table() {
+		probe := s
+		if err := o.Set(&probe, o.Get(&s)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WithMountOptions returns s with a mount request's options applied. Every
+// name must be a mount-scope option of the table and every value valid.
+func (s Settings) WithMountOptions(opts map[string]string) (Settings, error) {
+	names := make([]string, 0, len(opts))
+	for k := range opts {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		o, ok := lookup(name)
+		if !ok {
+			return s, fmt.Errorf("unknown mount option %q", name)
+		}
+		if o.Scope != ScopeMount {
+			return s, fmt.Errorf("option --%s is node-wide: set it where the node starts, not per mount", name)
+		}
+		if err := o.Set(&s, opts[name]); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// AddFlags adds the flags of the given groups to fs, bound to s: each flag
+// parses and validates its value as it is set.
+func AddFlags(fs *pflag.FlagSet, s *Settings, groups ...Group) {
+	for _, o := range Table() {
+		if !inGroups(o.Group, groups) {
+			continue
+		}
+		if err := o.set(s, o.Default); err != nil && o.Kind != "strings" {
+			panic(fmt.Sprintf("options table: default of --%s: %v", o.Name, err))
+		}
+		o := o
+		f := fs.VarPF(&flagValue{o: &o, s: s}, o.Name, "", o.Help)
+		if o.Kind == "bool" {
+			f.NoOptDefVal = "true"
+		}
+	}
+}
+
+func inGroups(g Group, gs []Group) bool {
+	for _, x := range gs {
+		if x == g {
+			return true
+		}
+	}
+	return false
+}
+
+// MountFlags returns the mount-scope flags changed on fs, as mount request
+// options, and an error naming any node-scope flag that was changed: a
+// client of a daemon cannot change those.
+func MountFlags(fs *pflag.FlagSet) (map[string]string, error) {
+	out := map[string]string{}
+	var err error
+	fs.Visit(func(f *pflag.Flag) {
+		o, ok := lookup(f.Name)
+		if !ok || err != nil {
+			return
+		}
+		if o.Scope != ScopeMount {
+			err = fmt.Errorf("--%s is node-wide: give it to `mlfsd daemon`, not to a client", f.Name)
+			return
+		}
+		out[f.Name] = f.Value.String()
+	})
+	return out, err
+}
+
+// flagValue is a pflag.Value over one option of a Settings.
+type flagValue struct {
+	o *Option
+	s *Settings
+}
+
+func (f *flagValue) String() string {
+	if f.s == nil {
+		return ""
+	}
+	return f.o.get(f.s)
+}
+
+func (f *flagValue) Set(v string) error {
+	if err := f.o.set(f.s, v); err != nil {
+		return err // pflag names the flag and the value
+	}
+	return nil
+}
+
+func (f *flagValue) Type() string { return f.o.Kind }
