@@ -72,6 +72,7 @@ func (s *Store) Drain(ctx context.Context, progress func(Progress)) error {
 				open++
 			}
 		}
+		failed = append(failed, s.aside...)
 		p.Failed = len(failed)
 		p.FilesTotal = p.FilesDone + s.pending.files - failedFiles
 		p.BytesTotal = s.done.bytes - base.bytes + s.pending.bytes - failedBytes

@@ -186,7 +186,7 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 		e.mu.RLock()
 		s.mu.Lock()
 		b := e.cur
-		if b != nil && (!b.sealed || e.ptHandles > 0) {
+		if b != nil && (!b.sealed || (e.ptHandles > 0 && !s.journaledLocked(e, b))) {
 			e.dirty = true
 			s.mu.Unlock()
 			break
@@ -225,6 +225,7 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 	if err != nil {
 		return n, stagingErr("write", h.Key(), err)
 	}
+	s.crash(crashStaged)
 	return n, nil
 }
 
@@ -235,7 +236,10 @@ func (s *Store) prepareWriteLocked(ctx context.Context, e *entry) error {
 	inPlace := cur != nil && (!cur.sealed || e.ptHandles > 0)
 	s.mu.Unlock()
 	if inPlace {
-		return nil
+		// The kernel writes this file directly: it cannot be replaced. A
+		// closed version still waiting for upload in it is moved aside
+		// first, so the journal never names bytes that are about to change.
+		return s.preservePendingLocked(e, false)
 	}
 	var nb *blob
 	var err error
@@ -323,15 +327,18 @@ func (h *Handle) Truncate(ctx context.Context, size int64) error {
 // queue the upload. When Flush returns nil the file will reach the backend
 // even if the daemon is killed and restarted on the same staging dir.
 func (h *Handle) Flush(ctx context.Context) error {
-	_, err := h.s.seal(h.e, false)
+	_, err := h.s.seal(h.e, false, false)
 	return err
 }
 
 // Sync is fsync(2): if durable, Flush and wait until this version (or a
 // later one) is in the backend; otherwise Flush with the staged bytes and
-// their journal record fsynced to the staging disk.
+// their journal record fsynced to the staging disk. Unlike close, the
+// writer goes on writing after fsync: a file the kernel writes in place
+// (passthrough) is sealed as a copy, so those writes never touch the
+// version fsync made safe.
 func (h *Handle) Sync(ctx context.Context, durable bool) error {
-	gen, err := h.s.seal(h.e, !durable)
+	gen, err := h.s.seal(h.e, !durable, true)
 	if err != nil || !durable {
 		return err
 	}
@@ -349,7 +356,7 @@ func (h *Handle) Release() error {
 	if last && (h.write || h.pt) {
 		// Release without Flush does not happen with FUSE; seal anyway (a
 		// no-op when nothing changed) so written bytes are never dropped.
-		_, err = s.seal(e, false)
+		_, err = s.seal(e, false, false)
 	}
 	e.mu.Lock()
 	s.mu.Lock()
@@ -368,9 +375,10 @@ func (h *Handle) Release() error {
 
 // seal makes the entry's current bytes a journaled version and queues its
 // upload, if they changed since the last seal; syncLocal (or
-// Options.StagingSync) also fsyncs them to the staging disk. It returns the
-// generation to wait for.
-func (s *Store) seal(e *entry, syncLocal bool) (uint64, error) {
+// Options.StagingSync) also fsyncs them to the staging disk. snapshot
+// seals a copy when the kernel may go on writing the live blob in place
+// (fsync on a passthrough handle). It returns the generation to wait for.
+func (s *Store) seal(e *entry, syncLocal, snapshot bool) (uint64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s.mu.Lock()
@@ -380,13 +388,14 @@ func (s *Store) seal(e *entry, syncLocal bool) (uint64, error) {
 		return g, nil
 	}
 	b, key, dirty, last, mtime := e.cur, e.key, e.dirty, e.lastSeal, e.mtime
+	snapshot = snapshot && e.ptHandles > 0
 	s.mu.Unlock()
 	st, err := b.stat()
 	if err != nil {
 		return 0, stagingErr("close", key, err)
 	}
 	syncLocal = syncLocal || s.opt.StagingSync
-	if syncLocal {
+	if syncLocal && !snapshot {
 		// Before the no-change check: an earlier close may have sealed
 		// these bytes without syncing them.
 		if err := b.f.Sync(); err != nil {
@@ -394,26 +403,67 @@ func (s *Store) seal(e *entry, syncLocal bool) (uint64, error) {
 		}
 	}
 	if !dirty && st == last {
-		if syncLocal && e.pend != nil {
-			return e.gen, s.jr.put(s.recordOf(e, e.pend), true)
+		if snapshot {
+			// Sealed by a close, in place: move it out of the way of
+			// the writes that follow this fsync.
+			if err := s.preservePendingLocked(e, syncLocal); err != nil {
+				return 0, err
+			}
+		}
+		s.mu.Lock()
+		pend := e.pend
+		s.mu.Unlock()
+		if syncLocal && pend != nil {
+			if err := pend.blob.f.Sync(); err != nil {
+				return 0, stagingErr("close", key, err)
+			}
+			return e.gen, s.jr.put(s.recordOf(e, pend), true)
 		}
 		return e.gen, nil
 	}
 	if st != last && !dirty {
 		mtime = time.Now() // written by the kernel directly (passthrough)
 	}
-	v := &version{gen: e.gen + 1, blob: b, size: st.size, ctime: st.ctime, seq: time.Now().UnixNano(), mtime: mtime}
-	if err := s.jr.put(record{ID: e.id, Key: key, Blob: b.name, Size: v.size, Seq: v.seq,
+	vb := b // the blob holding the version
+	if snapshot {
+		if vb, err = s.copyBlob(key, b, st.size); err != nil {
+			return 0, err
+		}
+		if syncLocal {
+			if err := vb.f.Sync(); err != nil {
+				vb.discard()
+				return 0, stagingErr("close", key, err)
+			}
+		}
+		vst, err := vb.stat()
+		if err != nil {
+			vb.discard()
+			return 0, stagingErr("close", key, err)
+		}
+		vb.refs-- // newBlob's reference becomes the version's below
+		st.ctime = vst.ctime
+	}
+	v := &version{gen: e.gen + 1, blob: vb, size: st.size, ctime: st.ctime, seq: time.Now().UnixNano(), mtime: mtime}
+	if err := s.jr.put(record{ID: e.id, Key: key, Blob: vb.name, Size: v.size, Seq: v.seq,
 		ModTime: v.mtime.UnixNano(), CTime: v.ctime}, syncLocal); err != nil {
+		if vb != b {
+			vb.discard()
+		}
 		return 0, err
 	}
+	s.crash(crashSealed)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b.size = st.size
-	b.sealed = true
-	b.refs++
+	vb.size = st.size
+	vb.sealed = true
+	vb.refs++
 	e.dirty = false
-	e.lastSeal = st
+	if vb == b {
+		e.lastSeal = st
+	} else if bst, err := b.stat(); err == nil {
+		e.lastSeal = bst // the live blob as copied: unchanged since
+	}
 	e.mtime = mtime
 	e.gen = v.gen
 	old := e.pend

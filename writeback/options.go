@@ -42,6 +42,9 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Log receives upload failures and recovery notes (nil: discarded).
 	Log *slog.Logger
+
+	// crashHook, set by tests, is called at each crash point (version.go).
+	crashHook func(point string)
 }
 
 func (o Options) withDefaults() Options {

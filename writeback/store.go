@@ -67,6 +67,7 @@ type Store struct {
 	entries map[string]*entry // GUARDED_BY(mu); by key, removed entries are absent
 	queue   []*entry          // GUARDED_BY(mu)
 	closed  bool              // GUARDED_BY(mu)
+	aside   []string          // GUARDED_BY(mu): files set aside by this run, for Drain
 	done    progressCounters  // GUARDED_BY(mu): made durable since Open
 	pending progressCounters  // GUARDED_BY(mu): sealed versions not yet durable
 }
@@ -141,8 +142,7 @@ func Open(ctx context.Context, b backends.Backend, opt Options) (*Store, error) 
 		return nil, err
 	}
 	opt = opt.withDefaults()
-	sum := sha256.Sum256([]byte(b.ID()))
-	dir := filepath.Join(opt.StagingDir, hex.EncodeToString(sum[:8]))
+	dir := filepath.Join(opt.StagingDir, stagingKey(b))
 	s := &Store{
 		b: b, opt: opt, log: opt.Log.With("backend", b.ID()),
 		dir: dir, blobDir: filepath.Join(dir, "blobs"), jr: journal{dir: filepath.Join(dir, "journal"), sync: opt.StagingSync},
@@ -220,10 +220,9 @@ func (s *Store) recover() error {
 			}
 		}
 		if err != nil {
-			s.log.Error("writeback: a closed file cannot be recovered from staging; kept for inspection",
-				"key", r.Key, "record", s.jr.path(r.ID), "err", err)
-			keep[r.Blob] = true
-			s.entries[r.Key] = &entry{id: r.ID, key: r.Key, failed: fmt.Errorf("recover %q: %w", r.Key, err)}
+			// Never retried, never blocking: moved out of the journal with
+			// its data, reported by this run's Drain.
+			s.setAside(r, fmt.Errorf("recover %q: %w", r.Key, err))
 			continue
 		}
 		bl.sealed = true
@@ -248,6 +247,9 @@ func (s *Store) recover() error {
 	}
 	if n := len(s.queue); n > 0 {
 		s.log.Info("writeback: resuming uploads left by a previous run", "files", n)
+	}
+	if des, _ := os.ReadDir(s.asideDir()); len(des) > 0 {
+		s.log.Warn("writeback: files that could not be uploaded by an earlier run are kept for inspection", "dir", s.asideDir(), "entries", len(des))
 	}
 	return nil
 }
@@ -286,10 +288,21 @@ func (s *Store) Close() error {
 	}
 	s.mu.Unlock()
 	// Leave no empty staging area behind (one per channel URI ever mounted).
-	if empty(s.blobDir) && empty(s.jr.dir) {
+	if empty(s.blobDir) && empty(s.jr.dir) && !exists(s.asideDir()) {
 		os.RemoveAll(s.dir)
 	}
 	return s.lock.Close()
+}
+
+// stagingKey names a backend's sub-directory of the staging dir.
+func stagingKey(b backends.Backend) string {
+	sum := sha256.Sum256([]byte(b.ID()))
+	return hex.EncodeToString(sum[:8])
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }
 
 func empty(dir string) bool {

@@ -1,6 +1,7 @@
 package writeback
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -206,13 +207,35 @@ func TestPermanentFailureIsLoudAndKept(t *testing.T) {
 	if got := testutil.ToFloat64(s.m.permanentFails); got != 1 {
 		t.Errorf("permanent failure metric = %v, want 1", got)
 	}
-	if _, recs := stagingFiles(t, s); recs != 1 {
-		t.Fatalf("journal records = %d, want the failed file kept", recs)
+	// Set aside, not journaled: it never blocks the channel's next start.
+	if _, recs := stagingFiles(t, s); recs != 0 {
+		t.Fatalf("journal records = %d, want the failed file set aside", recs)
+	}
+	asideData := func(s *Store) []byte {
+		des, err := os.ReadDir(s.asideDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, de := range des {
+			if filepath.Ext(de.Name()) != ".json" {
+				b, err := os.ReadFile(filepath.Join(s.asideDir(), de.Name()))
+				must(t, err)
+				return b
+			}
+		}
+		t.Fatal("nothing set aside")
+		return nil
+	}
+	if got := asideData(s); !bytes.Equal(got, data) {
+		t.Fatalf("set-aside data is %d bytes, want the %d closed", len(got), len(data))
 	}
 	s.Close()
 	s2 := openStore(t, nb, staging, nil)
-	drain(t, s2)
-	wantFile(t, dir, "denied.bin", data)
+	drain(t, s2) // nothing pending, nothing failing
+	wantMissing(t, dir, "denied.bin")
+	if got := asideData(s2); !bytes.Equal(got, data) {
+		t.Fatal("set-aside data lost at restart")
+	}
 }
 
 func TestRenameDuringUpload(t *testing.T) {

@@ -133,7 +133,7 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	defer e.mu.Unlock()
 	s.mu.Lock()
 	clear()
-	removeRecord, reseal := false, false
+	removeRecord, reseal, aside := false, false, false
 	switch {
 	case err == nil:
 		s.done.files++
@@ -146,8 +146,12 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 			if v.gen > e.durable {
 				e.durable = v.gen
 			}
-			if e.pend == v {
+			if samePendLocked(e, v) {
+				old := e.pend
 				s.setPendLocked(e, nil)
+				if old != v { // a preserved copy; v itself is dropped below
+					s.dropVersionLocked(e, old)
+				}
 				removeRecord = true
 			}
 		}
@@ -165,8 +169,10 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 			e.failed = fmt.Errorf("upload %q: %w", key, err)
 			s.m.uploads.WithLabelValues("failed").Inc()
 			s.m.permanentFails.Inc()
-			s.log.Error("writeback: giving up on a file; it stays in staging and is retried on the next start",
-				"key", key, "attempts", e.attempts, "err", err)
+			if aside = isPermanent(err); !aside {
+				s.log.Error("writeback: giving up on a file; it stays in staging and is retried on the next start",
+					"key", key, "attempts", e.attempts, "err", err)
+			}
 		} else {
 			d := s.backoff(e.attempts)
 			s.m.uploads.WithLabelValues("retry").Inc()
@@ -185,16 +191,28 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	if removeRecord {
+		s.crash(crashCommitted)
 		if err := s.jr.remove(e.id); err != nil {
 			s.log.Warn("writeback: cannot remove a journal record (the file will be uploaded again at the next start)", "key", key, "err", err)
 		}
+		s.crash(crashRecordRemoved)
+	}
+	if aside {
+		// Retrying cannot help, now or at the next start.
+		s.setAsideVersion(e, v, e.failed)
+		s.mu.Lock()
+		if e.pend == v {
+			s.setPendLocked(e, nil)
+			s.dropVersionLocked(e, v)
+		}
+		s.mu.Unlock()
 	}
 	s.mu.Lock()
 	s.maybeReleaseLocked(e)
 	s.mu.Unlock()
 	if reseal {
 		e.mu.Unlock()
-		if _, err := s.seal(e, false); err != nil {
+		if _, err := s.seal(e, false, false); err != nil {
 			s.log.Error("writeback: cannot seal a file changed after close", "key", key, "err", err)
 		}
 		e.mu.Lock() // for the deferred Unlock
