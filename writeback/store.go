@@ -15,8 +15,6 @@ package writeback
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,7 +23,6 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -154,17 +151,17 @@ func Open(ctx context.Context, b backends.Backend, opt Options) (*Store, error) 
 			return nil, fmt.Errorf("staging dir %s: %w", opt.StagingDir, err)
 		}
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := s.lockStaging()
 	if err != nil {
-		return nil, fmt.Errorf("staging dir %s: %w", opt.StagingDir, err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("staging dir %s is in use by another mlfsd for %s (%s): %w", opt.StagingDir, b.ID(), dir, err)
+		return nil, err
 	}
 	s.lock = lock
-	// A note for whoever looks at the staging dir by hand.
-	_ = os.WriteFile(filepath.Join(dir, "BACKEND"), []byte(b.ID()+"\n"), 0o600)
+	// Notes for whoever looks at the staging dir by hand, and for the
+	// adoption of staged files by a later version keyed differently.
+	identity := dataIdentity(b)
+	_ = os.WriteFile(filepath.Join(dir, backendFile), []byte(b.ID()+"\n"), 0o600)
+	_ = os.WriteFile(filepath.Join(dir, identityFile), []byte(identity+"\n"), 0o600)
+	s.adoptLegacy(identity)
 
 	m, err := newMetrics(opt.Registry, b.ID())
 	if err != nil {
@@ -292,12 +289,6 @@ func (s *Store) Close() error {
 		os.RemoveAll(s.dir)
 	}
 	return s.lock.Close()
-}
-
-// stagingKey names a backend's sub-directory of the staging dir.
-func stagingKey(b backends.Backend) string {
-	sum := sha256.Sum256([]byte(b.ID()))
-	return hex.EncodeToString(sum[:8])
 }
 
 func exists(p string) bool {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -161,8 +162,9 @@ func TestStagingDirLocked(t *testing.T) {
 	staging := t.TempDir()
 	openStore(t, b, staging, nil)
 	_, err := Open(context.Background(), b, Options{StagingDir: staging})
-	if err == nil || !strings.Contains(err.Error(), "in use") {
-		t.Fatalf("second Open on the same staging dir: err = %v, want 'in use'", err)
+	want := fmt.Sprintf("output channel %s is already mounted, by this mlfsd (pid %d)", b.ID(), os.Getpid())
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("second Open on the same staging dir: err = %v, want %q", err, want)
 	}
 }
 
