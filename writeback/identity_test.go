@@ -2,6 +2,8 @@ package writeback
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -100,4 +102,30 @@ func TestRecoverWithAnotherEndpoint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNameTooLongNeverBlocks: the Store refuses a name the backend cannot
+// hold; a file staged under such a name anyway (by an earlier version) is
+// set aside at its first failed upload, reported once, never blocks the
+// other files, can be unlinked, and the next start is clean.
+func TestNameTooLongNeverBlocks(t *testing.T) {
+	nb, dir := newNAS(t)
+	staging := t.TempDir()
+	s := openStore(t, nb, staging, nil)
+	long := strings.Repeat("n", 256)
+	if err := s.CheckName(long); !errors.Is(err, backends.ErrNameTooLong) {
+		t.Fatalf("CheckName(256 bytes) = %v, want ErrNameTooLong", err)
+	}
+	must(t, s.CheckName("d/"+strings.Repeat("k", 255)))
+	writeFile(t, s, long, []byte("never uploadable"))
+	writeFile(t, s, "fine", []byte("ok"))
+	err := s.Drain(context.Background(), nil)
+	if !errors.Is(err, ErrUploadFailed) || !strings.Contains(err.Error(), "too long") {
+		t.Fatalf("Drain = %v, want ErrUploadFailed for the long name", err)
+	}
+	wantFile(t, dir, "fine", []byte("ok"))
+	must(t, s.Remove(context.Background(), long))
+	s.Close()
+	s2 := openStore(t, nb, staging, nil)
+	drain(t, s2) // nothing pending, nothing failing
 }

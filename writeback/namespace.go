@@ -48,6 +48,12 @@ func (s *Store) resume(e *entry) {
 	s.mu.Unlock()
 }
 
+// CheckName refuses (ENAMETOOLONG) a new name the backend cannot store,
+// so that no file is created that could never be uploaded.
+func (s *Store) CheckName(key string) error {
+	return backends.CheckName(s.b, "create", key)
+}
+
 // Remove deletes the file key: its pending upload is cancelled, and what
 // the backend holds is deleted. Open handles keep working on a detached
 // copy that is never uploaded.
@@ -67,6 +73,13 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 			return err
 		}
 		s.crash(crashUnjournaled)
+	}
+	// A name the store cannot hold was never uploaded: nothing to delete.
+	if err := s.CheckName(key); err != nil {
+		if e != nil {
+			s.detach(e)
+		}
+		return nil
 	}
 	if err := s.b.Delete(ctx, key); err != nil && !errors.Is(err, backends.ErrNotExist) {
 		if e != nil {

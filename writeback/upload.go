@@ -233,7 +233,7 @@ func (s *Store) backoff(n int) time.Duration {
 // isPermanent says whether retrying err cannot help.
 func isPermanent(err error) bool {
 	for _, p := range []error{backends.ErrPermission, backends.ErrInvalid, backends.ErrIsDir,
-		backends.ErrNotDir, backends.ErrUnsupported, backends.ErrNotEmpty, backends.ErrExist} {
+		backends.ErrNotDir, backends.ErrUnsupported, backends.ErrNotEmpty, backends.ErrExist, backends.ErrNameTooLong} {
 		if errors.Is(err, p) {
 			return true
 		}
