@@ -86,6 +86,37 @@ func (j *journal) put(r record, sync bool) error {
 	return syncDir(j.dir)
 }
 
+// putRaw writes data as the record name, atomically (temp file, rename).
+func (j *journal) putRaw(name string, data []byte) error {
+	if err := os.MkdirAll(j.dir, 0o700); err != nil {
+		return err
+	}
+	tmp := filepath.Join(j.dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if j.sync {
+		f, err := os.Open(tmp)
+		if err == nil {
+			err = f.Sync()
+			f.Close()
+		}
+		if err != nil {
+			os.Remove(tmp)
+			return err
+		}
+	}
+	if err := os.Rename(tmp, j.path(name)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if j.sync {
+		return syncDir(j.dir)
+	}
+	return nil
+}
+
 // remove deletes the record of id; a missing record is not an error.
 func (j *journal) remove(id string) error {
 	if err := os.Remove(j.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {

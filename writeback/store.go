@@ -176,7 +176,9 @@ func Open(ctx context.Context, b backends.Backend, opt Options) (*Store, error) 
 		lock.Close()
 		return nil, err
 	}
+	left := s.leftUploads() // before this run starts any
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.abortLeftUploads(left)
 	for range opt.Concurrency {
 		s.wg.Add(1)
 		go s.worker()
@@ -285,7 +287,7 @@ func (s *Store) Close() error {
 	}
 	s.mu.Unlock()
 	// Leave no empty staging area behind (one per channel URI ever mounted).
-	if empty(s.blobDir) && empty(s.jr.dir) && !exists(s.asideDir()) {
+	if empty(s.blobDir) && empty(s.jr.dir) && !exists(s.asideDir()) && (empty(s.uploadsDir()) || !exists(s.uploadsDir())) {
 		os.RemoveAll(s.dir)
 	}
 	return s.lock.Close()

@@ -64,9 +64,15 @@ func (s *Store) worker() {
 
 // put uploads version v under key and publishes it with Commit.
 func (s *Store) put(ctx context.Context, key string, v *version) (backends.ObjectInfo, error) {
-	w, err := s.b.Write(ctx, key, backends.WriteOptions{SizeHint: v.size})
+	onUpload, forget := s.trackUploads(key)
+	w, err := s.b.Write(ctx, key, backends.WriteOptions{SizeHint: v.size, OnUpload: onUpload})
 	if err != nil {
 		return backends.ObjectInfo{}, err
+	}
+	abort := func() {
+		if w.Abort(context.WithoutCancel(ctx)) == nil {
+			forget() // else the next start aborts it
+		}
 	}
 	if rw, ok := w.(backends.ReaderAtWriter); ok && s.limiter == nil {
 		// Parts read straight from the sealed blob, in parallel.
@@ -87,18 +93,19 @@ func (s *Store) put(ctx context.Context, key string, v *version) (backends.Objec
 		}
 	}
 	if err != nil {
-		w.Abort(context.WithoutCancel(ctx))
+		abort()
 		return backends.ObjectInfo{}, err
 	}
 	if err := checkUnchanged(key, v); err != nil {
-		w.Abort(context.WithoutCancel(ctx))
+		abort()
 		return backends.ObjectInfo{}, err
 	}
 	info, err := w.Commit(ctx)
 	if err != nil {
-		w.Abort(context.WithoutCancel(ctx))
+		abort()
 		return backends.ObjectInfo{}, err
 	}
+	forget()
 	if info.Size != v.size {
 		return info, backends.Wrap("upload", key, backends.ErrTransient,
 			fmt.Errorf("backend holds %d bytes after commit, uploaded %d", info.Size, v.size))
