@@ -353,7 +353,10 @@ func (h *Handle) Release() error {
 	last := e.key != "" && e.handles == 1
 	s.mu.Unlock()
 	var err error
-	if last && (h.write || h.pt) {
+	s.mu.Lock()
+	failed := e.closeFailed
+	s.mu.Unlock()
+	if last && (h.write || h.pt) && !failed {
 		// Release without Flush does not happen with FUSE; seal anyway (a
 		// no-op when nothing changed) so written bytes are never dropped.
 		_, err = s.seal(e, false, false)
@@ -367,10 +370,38 @@ func (h *Handle) Release() error {
 		}
 	}
 	e.handles--
+	if e.handles == 0 && e.closeFailed {
+		s.discardUnclosedLocked(e)
+	}
 	s.maybeReleaseLocked(e)
 	s.mu.Unlock()
 	e.mu.Unlock()
 	return err
+}
+
+// discardUnclosedLocked drops bytes written since the last seal when the
+// file's last close failed (a full staging disk) and nobody has it open:
+// they were never closed, so they are never published, and a full disk
+// needs the space. The file reads as its last closed version again (in
+// both I/O modes). Needs e.mu exclusively and s.mu.
+func (s *Store) discardUnclosedLocked(e *entry) {
+	e.closeFailed = false
+	cur := e.cur
+	if cur == nil || (e.pend != nil && e.pend.blob == cur) {
+		return // nothing staged, or written in place over a sealed version
+	}
+	if st := e.stream; st != nil && st.v == nil {
+		st.invalidateLocked()
+	}
+	s.log.Warn("writeback: dropping the bytes of a file whose close failed", "key", e.key)
+	e.cur = nil
+	e.dirty = false
+	if v := e.pend; v != nil {
+		v.blob.refs++
+		e.cur = v.blob
+		e.lastSeal = blobStat{size: v.size, ctime: v.ctime}
+	}
+	s.unrefLocked(cur)
 }
 
 // seal makes the entry's current bytes a journaled version and queues its
@@ -379,6 +410,14 @@ func (h *Handle) Release() error {
 // seals a copy when the kernel may go on writing the live blob in place
 // (fsync on a passthrough handle). It returns the generation to wait for.
 func (s *Store) seal(e *entry, syncLocal, snapshot bool) (uint64, error) {
+	gen, err := s.sealOnce(e, syncLocal, snapshot)
+	s.mu.Lock()
+	e.closeFailed = err != nil
+	s.mu.Unlock()
+	return gen, err
+}
+
+func (s *Store) sealOnce(e *entry, syncLocal, snapshot bool) (uint64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s.mu.Lock()

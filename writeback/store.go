@@ -102,8 +102,11 @@ type entry struct {
 	// replaced (the kernel holds its fd) and is written in place even
 	// when sealed; uploads then check, before publishing, that the blob
 	// did not change since its seal (see blobStat).
-	ptHandles int      // (e.mu+s.mu)
-	lastSeal  blobStat // (e.mu+s.mu) cur's state at the last seal or staging
+	ptHandles int // (e.mu+s.mu)
+	// closeFailed: the last seal failed (full staging disk); the last
+	// release then drops the unsealed bytes instead of sealing them.
+	closeFailed bool     // GUARDED_BY(s.mu)
+	lastSeal    blobStat // (e.mu+s.mu) cur's state at the last seal or staging
 }
 
 // version is one sealed state of an entry: what a close saw.
