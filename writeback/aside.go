@@ -45,6 +45,24 @@ func (s *Store) setAside(r record, why error) {
 	s.mu.Unlock()
 }
 
+// setAsideFile moves an unreadable journal file out of the journal.
+func (s *Store) setAsideFile(name string, why error) {
+	dir := s.asideDir()
+	kept := filepath.Join(dir, name)
+	err := os.MkdirAll(dir, 0o700)
+	if err == nil {
+		err = os.Rename(filepath.Join(s.jr.dir, name), kept)
+	}
+	if err != nil {
+		kept = "(left in the journal: " + err.Error() + ")"
+	}
+	s.log.Error("writeback: an unreadable journal record; set aside, the channel goes on", "record", name, "kept_in", kept, "err", why)
+	s.m.permanentFails.Inc()
+	s.mu.Lock()
+	s.aside = append(s.aside, fmt.Sprintf("%v (kept in %s)", why, kept))
+	s.mu.Unlock()
+}
+
 func (s *Store) putAsideRecord(r record) error {
 	j := journal{dir: s.asideDir(), sync: s.jr.sync}
 	return j.put(r, false)

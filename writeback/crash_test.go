@@ -287,7 +287,9 @@ func crashScenario(t *testing.T, pt, hold bool, point string) (snaps []crashSnap
 	must(t, s.Remove(ctx, "final"))
 	m.done()
 	f.release()
-	drain(t, s)
+	drain(t, s) // returns once every upload's end is recorded, hooks included
+	snapMu.Lock()
+	defer snapMu.Unlock()
 	return snaps
 }
 

@@ -150,7 +150,7 @@ func (s *Store) adoptDir(dir string) {
 		return
 	}
 	jr := journal{dir: filepath.Join(dir, "journal")}
-	rs, err := jr.load()
+	rs, _, err := jr.load() // unreadable records stay where they are, for a look
 	if err != nil {
 		s.log.Warn("writeback: cannot read staged records to adopt", "dir", dir, "err", err)
 		return

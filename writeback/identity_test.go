@@ -129,3 +129,27 @@ func TestNameTooLongNeverBlocks(t *testing.T) {
 	s2 := openStore(t, nb, staging, nil)
 	drain(t, s2) // nothing pending, nothing failing
 }
+
+// TestCorruptRecordNeverWedges: a journal record that cannot be read
+// (torn by a machine crash) is set aside and reported; the channel starts,
+// the other closed files upload, and the next start is clean.
+func TestCorruptRecordNeverWedges(t *testing.T) {
+	nb, dir := newNAS(t)
+	f := newFaulty(nb)
+	staging := t.TempDir()
+	s1 := openStore(t, f, staging, nil)
+	f.hold()
+	writeFile(t, s1, "good", []byte("closed"))
+	s1.Close()
+	f.release()
+	must(t, os.WriteFile(filepath.Join(s1.jr.dir, "0123456789abcdef.json"), []byte(`{"id":"0123`), 0o600))
+	s2 := openStore(t, nb, staging, nil)
+	err := s2.Drain(context.Background(), nil)
+	if !errors.Is(err, ErrUploadFailed) || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("Drain = %v, want ErrUploadFailed reporting the corrupt record", err)
+	}
+	wantFile(t, dir, "good", []byte("closed"))
+	s2.Close()
+	s3 := openStore(t, nb, staging, nil)
+	drain(t, s3)
+}

@@ -65,8 +65,11 @@ type Store struct {
 	queue   []*entry          // GUARDED_BY(mu)
 	closed  bool              // GUARDED_BY(mu)
 	aside   []string          // GUARDED_BY(mu): files set aside by this run, for Drain
-	done    progressCounters  // GUARDED_BY(mu): made durable since Open
-	pending progressCounters  // GUARDED_BY(mu): sealed versions not yet durable
+	// completing counts uploads whose end is being recorded (journal
+	// record and staged data not yet released): Drain waits for them.
+	completing int              // GUARDED_BY(mu)
+	done       progressCounters // GUARDED_BY(mu): made durable since Open
+	pending    progressCounters // GUARDED_BY(mu): sealed versions not yet durable
 }
 
 type progressCounters struct {
@@ -192,9 +195,12 @@ func Open(ctx context.Context, b backends.Backend, opt Options) (*Store, error) 
 // recover rebuilds pending entries from the journal and discards staged
 // data no record names (files whose close never returned).
 func (s *Store) recover() error {
-	recs, err := s.jr.load()
+	recs, bad, err := s.jr.load()
 	if err != nil {
 		return fmt.Errorf("staging dir %s: %w", s.dir, err)
+	}
+	for _, b := range bad {
+		s.setAsideFile(b.name, b.err)
 	}
 	// The latest record per key wins.
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Seq > recs[j].Seq })

@@ -139,6 +139,15 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s.mu.Lock()
+	// Drain waits for this to end, not only for the count below: after
+	// a drain the journal and staging hold nothing of what it reported.
+	s.completing++
+	defer func() {
+		s.mu.Lock()
+		s.completing--
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	}()
 	clear()
 	removeRecord, reseal, aside := false, false, false
 	switch {
