@@ -20,17 +20,22 @@ import (
 func TestCheckpointOverwriteSIGKILL(t *testing.T) {
 	for _, pt := range []bool{true, false} {
 		for _, pending := range []bool{true, false} {
-			t.Run(fmt.Sprintf("passthrough=%v/pending=%v", pt, pending), func(t *testing.T) {
-				checkpointOverwriteSIGKILL(t, pt, pending)
+			t.Run(fmt.Sprintf("nas/passthrough=%v/pending=%v", pt, pending), func(t *testing.T) {
+				checkpointOverwriteSIGKILL(t, nasStore(t), pt, pending)
 			})
 		}
 	}
+	// Over the OSS emulator (one PUT per version at this size).
+	for _, pending := range []bool{true, false} {
+		t.Run(fmt.Sprintf("oss/passthrough=true/pending=%v", pending), func(t *testing.T) {
+			checkpointOverwriteSIGKILL(t, ossStore(t), true, pending)
+		})
+	}
 }
 
-func checkpointOverwriteSIGKILL(t *testing.T, pt, pending bool) {
-	back := nasStore(t)
+func checkpointOverwriteSIGKILL(t *testing.T, back store, pt, pending bool) {
 	staging := t.TempDir()
-	flags := []string{fmt.Sprintf("--output-passthrough=%v", pt)}
+	flags := append([]string{fmt.Sprintf("--output-passthrough=%v", pt)}, back.extra...)
 	slow := flags
 	if pending {
 		slow = append(slow, "--upload-bwlimit", "256KiB") // A is still uploading at the kill
