@@ -106,6 +106,11 @@ type WriteOptions struct {
 	// SizeHint is the expected total size, or -1 when unknown. Backends use
 	// it to choose between a single PUT and a multipart upload.
 	SizeHint int64
+	// OnUpload, if set, is called with the ID of a multipart upload the
+	// backend starts for this write, before any part is sent. Such an
+	// upload holds storage until committed or aborted: the caller records
+	// the ID so that, after a crash, it can abort it (UploadAborter).
+	OnUpload func(uploadID string)
 }
 
 // Writer is a streaming write in progress. It is not safe for concurrent use.

@@ -25,6 +25,7 @@ var errnoTable = []struct {
 	{backends.ErrUnsupported, syscall.ENOTSUP},
 	{backends.ErrVersionMismatch, syscall.ESTALE},
 	{backends.ErrNoSpace, syscall.ENOSPC},
+	{backends.ErrNameTooLong, syscall.ENAMETOOLONG},
 	{context.Canceled, syscall.EINTR},
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},
 }

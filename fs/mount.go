@@ -151,6 +151,14 @@ func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Serve
 		// Extended attributes are not part of any backend's model.
 		DisableXAttrs: true,
 	}
+	if !opt.ReadOnly {
+		// open(O_TRUNC) arrives as one OPEN with O_TRUNC. Without this the
+		// kernel sends an OPEN and then a SETATTR(size 0) carrying no file
+		// handle, which we could only serve as truncate(2) on the path, a
+		// complete change that publishes an empty file: a checkpoint being
+		// rewritten would replace the last good one before its close.
+		mo.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
+	}
 	if opt.ReadOnly {
 		mo.DirectMountFlags = syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV
 		mo.Options = append(mo.Options, "ro") // for the fusermount fallback

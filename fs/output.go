@@ -299,6 +299,9 @@ func (d *outDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.
 		return nil, syscall.EEXIST
 	}
 	key := childKey(outKey(&d.Inode), name)
+	if err := d.t.st.CheckName(key); err != nil {
+		return nil, ToErrno(d.t.log, "mkdir", key, err)
+	}
 	if err := d.t.st.MakeDir(ctx, key); err != nil {
 		return nil, ToErrno(d.t.log, "mkdir", key, err)
 	}
@@ -345,6 +348,9 @@ func (d *outDir) Create(ctx context.Context, name string, flags uint32, mode uin
 		return nil, nil, 0, syscall.EEXIST
 	}
 	key := childKey(outKey(&d.Inode), name)
+	if err := d.t.st.CheckName(key); err != nil {
+		return nil, nil, 0, ToErrno(d.t.log, "create", key, err)
+	}
 	h, err := d.t.st.Open(ctx, key, nil, writeback.OpenFlags{Write: true, Truncate: true, Passthrough: !d.t.opt.NoPassthrough})
 	if err != nil {
 		return nil, nil, 0, ToErrno(d.t.log, "create", key, err)
@@ -408,6 +414,9 @@ func (d *outDir) Rename(ctx context.Context, name string, newParent gofs.InodeEm
 	}
 	from := childKey(outKey(&d.Inode), name)
 	to := childKey(outKey(&nd.Inode), newName)
+	if err := d.t.st.CheckName(to); err != nil {
+		return ToErrno(d.t.log, "rename", to, err)
+	}
 	var err error
 	switch src.Operations().(type) {
 	case *outDir:
@@ -471,6 +480,9 @@ func (d *outDir) Symlink(ctx context.Context, target, name string, out *fuse.Ent
 		return nil, syscall.EEXIST
 	}
 	key := childKey(outKey(&d.Inode), name) + LinkSuffix
+	if err := d.t.st.CheckName(key); err != nil {
+		return nil, ToErrno(d.t.log, "symlink", key, err)
+	}
 	h, err := d.t.st.Open(ctx, key, nil, writeback.OpenFlags{Write: true, Truncate: true})
 	if err == nil {
 		_, err = h.WriteAt(ctx, []byte(target), 0)

@@ -53,9 +53,10 @@ func (s *Store) Drain(ctx context.Context, progress func(Progress)) error {
 	base := s.done
 	s.mu.Unlock()
 	sentBase := s.sent.Load()
-	snapshot := func() (Progress, []string, int) {
+	snapshot := func() (Progress, []string, int, bool) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		busy := s.completing > 0
 		p := Progress{FilesDone: s.done.files - base.files, Elapsed: time.Since(start)}
 		var failed []string
 		var failedFiles, failedBytes int64 // failed, and counted as pending
@@ -72,6 +73,7 @@ func (s *Store) Drain(ctx context.Context, progress func(Progress)) error {
 				open++
 			}
 		}
+		failed = append(failed, s.aside...)
 		p.Failed = len(failed)
 		p.FilesTotal = p.FilesDone + s.pending.files - failedFiles
 		p.BytesTotal = s.done.bytes - base.bytes + s.pending.bytes - failedBytes
@@ -79,14 +81,14 @@ func (s *Store) Drain(ctx context.Context, progress func(Progress)) error {
 		if p.FilesDone >= p.FilesTotal {
 			p.BytesDone = p.BytesTotal
 		}
-		return p, failed, open
+		return p, failed, open, busy
 	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	lastReport := time.Now()
 	for {
-		p, failed, open := snapshot()
-		if p.FilesDone >= p.FilesTotal {
+		p, failed, open, busy := snapshot()
+		if p.FilesDone >= p.FilesTotal && !busy {
 			if progress != nil {
 				progress(p)
 			}

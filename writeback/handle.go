@@ -186,7 +186,7 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 		e.mu.RLock()
 		s.mu.Lock()
 		b := e.cur
-		if b != nil && (!b.sealed || e.ptHandles > 0) {
+		if b != nil && (!b.sealed || (e.ptHandles > 0 && !s.journaledLocked(e, b))) {
 			e.dirty = true
 			s.mu.Unlock()
 			break
@@ -225,6 +225,7 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 	if err != nil {
 		return n, stagingErr("write", h.Key(), err)
 	}
+	s.crash(crashStaged)
 	return n, nil
 }
 
@@ -235,7 +236,10 @@ func (s *Store) prepareWriteLocked(ctx context.Context, e *entry) error {
 	inPlace := cur != nil && (!cur.sealed || e.ptHandles > 0)
 	s.mu.Unlock()
 	if inPlace {
-		return nil
+		// The kernel writes this file directly: it cannot be replaced. A
+		// closed version still waiting for upload in it is moved aside
+		// first, so the journal never names bytes that are about to change.
+		return s.preservePendingLocked(e, false)
 	}
 	var nb *blob
 	var err error
@@ -323,15 +327,18 @@ func (h *Handle) Truncate(ctx context.Context, size int64) error {
 // queue the upload. When Flush returns nil the file will reach the backend
 // even if the daemon is killed and restarted on the same staging dir.
 func (h *Handle) Flush(ctx context.Context) error {
-	_, err := h.s.seal(h.e, false)
+	_, err := h.s.seal(h.e, false, false)
 	return err
 }
 
 // Sync is fsync(2): if durable, Flush and wait until this version (or a
 // later one) is in the backend; otherwise Flush with the staged bytes and
-// their journal record fsynced to the staging disk.
+// their journal record fsynced to the staging disk. Unlike close, the
+// writer goes on writing after fsync: a file the kernel writes in place
+// (passthrough) is sealed as a copy, so those writes never touch the
+// version fsync made safe.
 func (h *Handle) Sync(ctx context.Context, durable bool) error {
-	gen, err := h.s.seal(h.e, !durable)
+	gen, err := h.s.seal(h.e, !durable, true)
 	if err != nil || !durable {
 		return err
 	}
@@ -346,10 +353,13 @@ func (h *Handle) Release() error {
 	last := e.key != "" && e.handles == 1
 	s.mu.Unlock()
 	var err error
-	if last && (h.write || h.pt) {
+	s.mu.Lock()
+	failed := e.closeFailed
+	s.mu.Unlock()
+	if last && (h.write || h.pt) && !failed {
 		// Release without Flush does not happen with FUSE; seal anyway (a
 		// no-op when nothing changed) so written bytes are never dropped.
-		_, err = s.seal(e, false)
+		_, err = s.seal(e, false, false)
 	}
 	e.mu.Lock()
 	s.mu.Lock()
@@ -360,17 +370,54 @@ func (h *Handle) Release() error {
 		}
 	}
 	e.handles--
+	if e.handles == 0 && e.closeFailed {
+		s.discardUnclosedLocked(e)
+	}
 	s.maybeReleaseLocked(e)
 	s.mu.Unlock()
 	e.mu.Unlock()
 	return err
 }
 
+// discardUnclosedLocked drops bytes written since the last seal when the
+// file's last close failed (a full staging disk) and nobody has it open:
+// they were never closed, so they are never published, and a full disk
+// needs the space. The file reads as its last closed version again (in
+// both I/O modes). Needs e.mu exclusively and s.mu.
+func (s *Store) discardUnclosedLocked(e *entry) {
+	e.closeFailed = false
+	cur := e.cur
+	if cur == nil || (e.pend != nil && e.pend.blob == cur) {
+		return // nothing staged, or written in place over a sealed version
+	}
+	if st := e.stream; st != nil && st.v == nil {
+		st.invalidateLocked()
+	}
+	s.log.Warn("writeback: dropping the bytes of a file whose close failed", "key", e.key)
+	e.cur = nil
+	e.dirty = false
+	if v := e.pend; v != nil {
+		v.blob.refs++
+		e.cur = v.blob
+		e.lastSeal = blobStat{size: v.size, ctime: v.ctime}
+	}
+	s.unrefLocked(cur)
+}
+
 // seal makes the entry's current bytes a journaled version and queues its
 // upload, if they changed since the last seal; syncLocal (or
-// Options.StagingSync) also fsyncs them to the staging disk. It returns the
-// generation to wait for.
-func (s *Store) seal(e *entry, syncLocal bool) (uint64, error) {
+// Options.StagingSync) also fsyncs them to the staging disk. snapshot
+// seals a copy when the kernel may go on writing the live blob in place
+// (fsync on a passthrough handle). It returns the generation to wait for.
+func (s *Store) seal(e *entry, syncLocal, snapshot bool) (uint64, error) {
+	gen, err := s.sealOnce(e, syncLocal, snapshot)
+	s.mu.Lock()
+	e.closeFailed = err != nil
+	s.mu.Unlock()
+	return gen, err
+}
+
+func (s *Store) sealOnce(e *entry, syncLocal, snapshot bool) (uint64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s.mu.Lock()
@@ -380,13 +427,14 @@ func (s *Store) seal(e *entry, syncLocal bool) (uint64, error) {
 		return g, nil
 	}
 	b, key, dirty, last, mtime := e.cur, e.key, e.dirty, e.lastSeal, e.mtime
+	snapshot = snapshot && e.ptHandles > 0
 	s.mu.Unlock()
 	st, err := b.stat()
 	if err != nil {
 		return 0, stagingErr("close", key, err)
 	}
 	syncLocal = syncLocal || s.opt.StagingSync
-	if syncLocal {
+	if syncLocal && !snapshot {
 		// Before the no-change check: an earlier close may have sealed
 		// these bytes without syncing them.
 		if err := b.f.Sync(); err != nil {
@@ -394,26 +442,67 @@ func (s *Store) seal(e *entry, syncLocal bool) (uint64, error) {
 		}
 	}
 	if !dirty && st == last {
-		if syncLocal && e.pend != nil {
-			return e.gen, s.jr.put(s.recordOf(e, e.pend), true)
+		if snapshot {
+			// Sealed by a close, in place: move it out of the way of
+			// the writes that follow this fsync.
+			if err := s.preservePendingLocked(e, syncLocal); err != nil {
+				return 0, err
+			}
+		}
+		s.mu.Lock()
+		pend := e.pend
+		s.mu.Unlock()
+		if syncLocal && pend != nil {
+			if err := pend.blob.f.Sync(); err != nil {
+				return 0, stagingErr("close", key, err)
+			}
+			return e.gen, s.jr.put(s.recordOf(e, pend), true)
 		}
 		return e.gen, nil
 	}
 	if st != last && !dirty {
 		mtime = time.Now() // written by the kernel directly (passthrough)
 	}
-	v := &version{gen: e.gen + 1, blob: b, size: st.size, ctime: st.ctime, seq: time.Now().UnixNano(), mtime: mtime}
-	if err := s.jr.put(record{ID: e.id, Key: key, Blob: b.name, Size: v.size, Seq: v.seq,
+	vb := b // the blob holding the version
+	if snapshot {
+		if vb, err = s.copyBlob(key, b, st.size); err != nil {
+			return 0, err
+		}
+		if syncLocal {
+			if err := vb.f.Sync(); err != nil {
+				vb.discard()
+				return 0, stagingErr("close", key, err)
+			}
+		}
+		vst, err := vb.stat()
+		if err != nil {
+			vb.discard()
+			return 0, stagingErr("close", key, err)
+		}
+		vb.refs-- // newBlob's reference becomes the version's below
+		st.ctime = vst.ctime
+	}
+	v := &version{gen: e.gen + 1, blob: vb, size: st.size, ctime: st.ctime, seq: time.Now().UnixNano(), mtime: mtime}
+	if err := s.jr.put(record{ID: e.id, Key: key, Blob: vb.name, Size: v.size, Seq: v.seq,
 		ModTime: v.mtime.UnixNano(), CTime: v.ctime}, syncLocal); err != nil {
+		if vb != b {
+			vb.discard()
+		}
 		return 0, err
 	}
+	s.crash(crashSealed)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b.size = st.size
-	b.sealed = true
-	b.refs++
+	vb.size = st.size
+	vb.sealed = true
+	vb.refs++
 	e.dirty = false
-	e.lastSeal = st
+	if vb == b {
+		e.lastSeal = st
+	} else if bst, err := b.stat(); err == nil {
+		e.lastSeal = bst // the live blob as copied: unchanged since
+	}
 	e.mtime = mtime
 	e.gen = v.gen
 	old := e.pend

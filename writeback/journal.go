@@ -86,6 +86,37 @@ func (j *journal) put(r record, sync bool) error {
 	return syncDir(j.dir)
 }
 
+// putRaw writes data as the record name, atomically (temp file, rename).
+func (j *journal) putRaw(name string, data []byte) error {
+	if err := os.MkdirAll(j.dir, 0o700); err != nil {
+		return err
+	}
+	tmp := filepath.Join(j.dir, "."+name+".tmp")
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if j.sync {
+		f, err := os.Open(tmp)
+		if err == nil {
+			err = f.Sync()
+			f.Close()
+		}
+		if err != nil {
+			os.Remove(tmp)
+			return err
+		}
+	}
+	if err := os.Rename(tmp, j.path(name)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if j.sync {
+		return syncDir(j.dir)
+	}
+	return nil
+}
+
 // remove deletes the record of id; a missing record is not an error.
 func (j *journal) remove(id string) error {
 	if err := os.Remove(j.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -97,14 +128,22 @@ func (j *journal) remove(id string) error {
 	return syncDir(j.dir)
 }
 
-// load reads every record. Unreadable records are reported, not skipped
-// silently: they may name a file someone closed.
-func (j *journal) load() ([]record, error) {
+// badRecord is a journal file that cannot be read as a record.
+type badRecord struct {
+	name string
+	err  error
+}
+
+// load reads every record. Unreadable records are returned apart, never
+// skipped silently (they may name a file someone closed): the Store sets
+// them aside and reports them.
+func (j *journal) load() ([]record, []badRecord, error) {
 	des, err := os.ReadDir(j.dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []record
+	var bad []badRecord
 	for _, de := range des {
 		name := de.Name()
 		if strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".tmp") {
@@ -116,18 +155,21 @@ func (j *journal) load() ([]record, error) {
 		}
 		data, err := os.ReadFile(filepath.Join(j.dir, name))
 		if err != nil {
-			return nil, err
+			bad = append(bad, badRecord{name, err})
+			continue
 		}
 		var r record
 		if err := json.Unmarshal(data, &r); err != nil {
-			return nil, fmt.Errorf("journal record %s is corrupt: %w", name, err)
+			bad = append(bad, badRecord{name, fmt.Errorf("journal record %s is corrupt: %w", name, err)})
+			continue
 		}
 		if r.ID+".json" != name || r.Blob == "" {
-			return nil, fmt.Errorf("journal record %s is inconsistent (id %q, blob %q)", name, r.ID, r.Blob)
+			bad = append(bad, badRecord{name, fmt.Errorf("journal record %s is inconsistent (id %q, blob %q)", name, r.ID, r.Blob)})
+			continue
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out, bad, nil
 }
 
 func syncDir(dir string) error {

@@ -48,6 +48,12 @@ func (s *Store) resume(e *entry) {
 	s.mu.Unlock()
 }
 
+// CheckName refuses (ENAMETOOLONG) a new name the backend cannot store,
+// so that no file is created that could never be uploaded.
+func (s *Store) CheckName(key string) error {
+	return backends.CheckName(s.b, "create", key)
+}
+
 // Remove deletes the file key: its pending upload is cancelled, and what
 // the backend holds is deleted. Open handles keep working on a detached
 // copy that is never uploaded.
@@ -59,11 +65,63 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 	s.mu.Unlock()
 	s.quiesce(e)
 	defer s.resume(e)
+	// Journal first: a crash after the record is gone but before the
+	// delete leaves the last uploaded version (the unlink never returned);
+	// the other order would upload a removed file again at restart.
+	if e != nil {
+		if err := s.unjournal(e); err != nil {
+			return err
+		}
+		s.crash(crashUnjournaled)
+	}
+	// A name the store cannot hold was never uploaded: nothing to delete.
+	if err := s.CheckName(key); err != nil {
+		if e != nil {
+			s.detach(e)
+		}
+		return nil
+	}
 	if err := s.b.Delete(ctx, key); err != nil && !errors.Is(err, backends.ErrNotExist) {
+		if e != nil {
+			s.rejournal(e)
+		}
 		return err
 	}
 	if e != nil {
 		s.detach(e)
+	}
+	return nil
+}
+
+// rejournal puts back the record unjournal removed, after a failed delete.
+func (s *Store) rejournal(e *entry) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	pend := e.pend
+	s.mu.Unlock()
+	if pend == nil {
+		return
+	}
+	if err := s.jr.put(s.recordOf(e, pend), false); err != nil {
+		s.log.Error("writeback: cannot restore a journal record after a failed unlink; the file is uploaded, but not after a crash", "key", e.key, "err", err)
+	}
+}
+
+// unjournal removes e's record while keeping its pending version in
+// memory (a failed delete leaves the file staged, uploaded at its next
+// close or by the queue). Needs s.nsMu, e quiesced.
+func (s *Store) unjournal(e *entry) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s.mu.Lock()
+	pend := e.pend
+	s.mu.Unlock()
+	if pend == nil {
+		return nil
+	}
+	if err := s.jr.remove(e.id); err != nil {
+		return stagingErr("remove", e.key, err)
 	}
 	return nil
 }
@@ -104,6 +162,7 @@ func (s *Store) rekey(e *entry, to string) error {
 		if err := s.jr.put(r, false); err != nil {
 			return err
 		}
+		s.crash(crashRekeyed)
 	}
 	s.mu.Lock()
 	if s.entries[e.key] == e {

@@ -13,7 +13,8 @@ import (
 type Options struct {
 	// StagingDir holds staged data and the upload journal. One staging dir
 	// may serve several backends: each gets its own sub-directory, named
-	// after a hash of Backend.ID(), so a restart finds its own journal.
+	// after a hash of what names its data (not its endpoint; see
+	// identity.go), so a restart finds its own journal.
 	StagingDir string
 	// Concurrency is the number of files uploaded at once (default 4).
 	// Parallel parts within one large file are the backend's business.
@@ -42,6 +43,9 @@ type Options struct {
 	Registry prometheus.Registerer
 	// Log receives upload failures and recovery notes (nil: discarded).
 	Log *slog.Logger
+
+	// crashHook, set by tests, is called at each crash point (version.go).
+	crashHook func(point string)
 }
 
 func (o Options) withDefaults() Options {

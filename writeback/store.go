@@ -15,8 +15,6 @@ package writeback
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,7 +23,6 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -67,8 +64,12 @@ type Store struct {
 	entries map[string]*entry // GUARDED_BY(mu); by key, removed entries are absent
 	queue   []*entry          // GUARDED_BY(mu)
 	closed  bool              // GUARDED_BY(mu)
-	done    progressCounters  // GUARDED_BY(mu): made durable since Open
-	pending progressCounters  // GUARDED_BY(mu): sealed versions not yet durable
+	aside   []string          // GUARDED_BY(mu): files set aside by this run, for Drain
+	// completing counts uploads whose end is being recorded (journal
+	// record and staged data not yet released): Drain waits for them.
+	completing int              // GUARDED_BY(mu)
+	done       progressCounters // GUARDED_BY(mu): made durable since Open
+	pending    progressCounters // GUARDED_BY(mu): sealed versions not yet durable
 }
 
 type progressCounters struct {
@@ -104,8 +105,11 @@ type entry struct {
 	// replaced (the kernel holds its fd) and is written in place even
 	// when sealed; uploads then check, before publishing, that the blob
 	// did not change since its seal (see blobStat).
-	ptHandles int      // (e.mu+s.mu)
-	lastSeal  blobStat // (e.mu+s.mu) cur's state at the last seal or staging
+	ptHandles int // (e.mu+s.mu)
+	// closeFailed: the last seal failed (full staging disk); the last
+	// release then drops the unsealed bytes instead of sealing them.
+	closeFailed bool     // GUARDED_BY(s.mu)
+	lastSeal    blobStat // (e.mu+s.mu) cur's state at the last seal or staging
 }
 
 // version is one sealed state of an entry: what a close saw.
@@ -141,8 +145,7 @@ func Open(ctx context.Context, b backends.Backend, opt Options) (*Store, error) 
 		return nil, err
 	}
 	opt = opt.withDefaults()
-	sum := sha256.Sum256([]byte(b.ID()))
-	dir := filepath.Join(opt.StagingDir, hex.EncodeToString(sum[:8]))
+	dir := filepath.Join(opt.StagingDir, stagingKey(b))
 	s := &Store{
 		b: b, opt: opt, log: opt.Log.With("backend", b.ID()),
 		dir: dir, blobDir: filepath.Join(dir, "blobs"), jr: journal{dir: filepath.Join(dir, "journal"), sync: opt.StagingSync},
@@ -154,17 +157,17 @@ func Open(ctx context.Context, b backends.Backend, opt Options) (*Store, error) 
 			return nil, fmt.Errorf("staging dir %s: %w", opt.StagingDir, err)
 		}
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := s.lockStaging()
 	if err != nil {
-		return nil, fmt.Errorf("staging dir %s: %w", opt.StagingDir, err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("staging dir %s is in use by another mlfsd for %s (%s): %w", opt.StagingDir, b.ID(), dir, err)
+		return nil, err
 	}
 	s.lock = lock
-	// A note for whoever looks at the staging dir by hand.
-	_ = os.WriteFile(filepath.Join(dir, "BACKEND"), []byte(b.ID()+"\n"), 0o600)
+	// Notes for whoever looks at the staging dir by hand, and for the
+	// adoption of staged files by a later version keyed differently.
+	identity := dataIdentity(b)
+	_ = os.WriteFile(filepath.Join(dir, backendFile), []byte(b.ID()+"\n"), 0o600)
+	_ = os.WriteFile(filepath.Join(dir, identityFile), []byte(identity+"\n"), 0o600)
+	s.adoptLegacy(identity)
 
 	m, err := newMetrics(opt.Registry, b.ID())
 	if err != nil {
@@ -179,7 +182,9 @@ func Open(ctx context.Context, b backends.Backend, opt Options) (*Store, error) 
 		lock.Close()
 		return nil, err
 	}
+	left := s.leftUploads() // before this run starts any
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.abortLeftUploads(left)
 	for range opt.Concurrency {
 		s.wg.Add(1)
 		go s.worker()
@@ -190,9 +195,12 @@ func Open(ctx context.Context, b backends.Backend, opt Options) (*Store, error) 
 // recover rebuilds pending entries from the journal and discards staged
 // data no record names (files whose close never returned).
 func (s *Store) recover() error {
-	recs, err := s.jr.load()
+	recs, bad, err := s.jr.load()
 	if err != nil {
 		return fmt.Errorf("staging dir %s: %w", s.dir, err)
+	}
+	for _, b := range bad {
+		s.setAsideFile(b.name, b.err)
 	}
 	// The latest record per key wins.
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Seq > recs[j].Seq })
@@ -220,10 +228,9 @@ func (s *Store) recover() error {
 			}
 		}
 		if err != nil {
-			s.log.Error("writeback: a closed file cannot be recovered from staging; kept for inspection",
-				"key", r.Key, "record", s.jr.path(r.ID), "err", err)
-			keep[r.Blob] = true
-			s.entries[r.Key] = &entry{id: r.ID, key: r.Key, failed: fmt.Errorf("recover %q: %w", r.Key, err)}
+			// Never retried, never blocking: moved out of the journal with
+			// its data, reported by this run's Drain.
+			s.setAside(r, fmt.Errorf("recover %q: %w", r.Key, err))
 			continue
 		}
 		bl.sealed = true
@@ -248,6 +255,9 @@ func (s *Store) recover() error {
 	}
 	if n := len(s.queue); n > 0 {
 		s.log.Info("writeback: resuming uploads left by a previous run", "files", n)
+	}
+	if des, _ := os.ReadDir(s.asideDir()); len(des) > 0 {
+		s.log.Warn("writeback: files that could not be uploaded by an earlier run are kept for inspection", "dir", s.asideDir(), "entries", len(des))
 	}
 	return nil
 }
@@ -286,10 +296,15 @@ func (s *Store) Close() error {
 	}
 	s.mu.Unlock()
 	// Leave no empty staging area behind (one per channel URI ever mounted).
-	if empty(s.blobDir) && empty(s.jr.dir) {
+	if empty(s.blobDir) && empty(s.jr.dir) && !exists(s.asideDir()) && (empty(s.uploadsDir()) || !exists(s.uploadsDir())) {
 		os.RemoveAll(s.dir)
 	}
 	return s.lock.Close()
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
 }
 
 func empty(dir string) bool {

@@ -1,8 +1,10 @@
 package writeback
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -160,8 +162,9 @@ func TestStagingDirLocked(t *testing.T) {
 	staging := t.TempDir()
 	openStore(t, b, staging, nil)
 	_, err := Open(context.Background(), b, Options{StagingDir: staging})
-	if err == nil || !strings.Contains(err.Error(), "in use") {
-		t.Fatalf("second Open on the same staging dir: err = %v, want 'in use'", err)
+	want := fmt.Sprintf("output channel %s is already mounted, by this mlfsd (pid %d)", b.ID(), os.Getpid())
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("second Open on the same staging dir: err = %v, want %q", err, want)
 	}
 }
 
@@ -206,13 +209,35 @@ func TestPermanentFailureIsLoudAndKept(t *testing.T) {
 	if got := testutil.ToFloat64(s.m.permanentFails); got != 1 {
 		t.Errorf("permanent failure metric = %v, want 1", got)
 	}
-	if _, recs := stagingFiles(t, s); recs != 1 {
-		t.Fatalf("journal records = %d, want the failed file kept", recs)
+	// Set aside, not journaled: it never blocks the channel's next start.
+	if _, recs := stagingFiles(t, s); recs != 0 {
+		t.Fatalf("journal records = %d, want the failed file set aside", recs)
+	}
+	asideData := func(s *Store) []byte {
+		des, err := os.ReadDir(s.asideDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, de := range des {
+			if filepath.Ext(de.Name()) != ".json" {
+				b, err := os.ReadFile(filepath.Join(s.asideDir(), de.Name()))
+				must(t, err)
+				return b
+			}
+		}
+		t.Fatal("nothing set aside")
+		return nil
+	}
+	if got := asideData(s); !bytes.Equal(got, data) {
+		t.Fatalf("set-aside data is %d bytes, want the %d closed", len(got), len(data))
 	}
 	s.Close()
 	s2 := openStore(t, nb, staging, nil)
-	drain(t, s2)
-	wantFile(t, dir, "denied.bin", data)
+	drain(t, s2) // nothing pending, nothing failing
+	wantMissing(t, dir, "denied.bin")
+	if got := asideData(s2); !bytes.Equal(got, data) {
+		t.Fatal("set-aside data lost at restart")
+	}
 }
 
 func TestRenameDuringUpload(t *testing.T) {
@@ -388,8 +413,10 @@ func TestDrainProgress(t *testing.T) {
 	if took < time.Second {
 		t.Fatalf("8 MiB at 4 MiB/s drained in %v: bandwidth limit not applied", took)
 	}
-	if want := int(took / time.Second); len(reports) < want+1 {
-		t.Fatalf("got %d progress reports for a %v drain, want about one a second and a final one", len(reports), took)
+	// About one a second and a final one; how many exactly depends on
+	// the machine's speed, so only ask for one before the final.
+	if len(reports) < 2 {
+		t.Fatalf("got %d progress reports for a %v drain, want one during it and a final one", len(reports), took)
 	}
 	last := reports[len(reports)-1]
 	if last.FilesDone != 4 || last.FilesTotal != 4 || last.BytesDone != 8<<20 || last.Rate() <= 0 {

@@ -147,9 +147,10 @@ func (st *streamer) run() {
 func (st *streamer) send() (backends.ObjectInfo, error) {
 	s := st.s
 	var w backends.Writer
+	onUpload, forget := s.trackUploads(st.key)
 	abort := func(err error) (backends.ObjectInfo, error) {
-		if w != nil {
-			w.Abort(context.WithoutCancel(st.ctx))
+		if w != nil && w.Abort(context.WithoutCancel(st.ctx)) == nil {
+			forget() // else the next start aborts it
 		}
 		return backends.ObjectInfo{}, err
 	}
@@ -182,7 +183,7 @@ func (st *streamer) send() (backends.ObjectInfo, error) {
 			}
 			if size >= s.opt.StreamThreshold {
 				var err error
-				if w, err = s.b.Write(st.ctx, st.key, backends.WriteOptions{SizeHint: -1}); err != nil {
+				if w, err = s.b.Write(st.ctx, st.key, backends.WriteOptions{SizeHint: -1, OnUpload: onUpload}); err != nil {
 					return abort(err)
 				}
 				s.mu.Lock()
@@ -231,6 +232,7 @@ func (st *streamer) send() (backends.ObjectInfo, error) {
 			if err != nil {
 				return abort(err)
 			}
+			forget()
 			if info.Size != v.size {
 				return info, backends.Wrap("upload", st.key, backends.ErrTransient,
 					fmt.Errorf("backend holds %d bytes after commit, streamed %d", info.Size, v.size))

@@ -64,9 +64,15 @@ func (s *Store) worker() {
 
 // put uploads version v under key and publishes it with Commit.
 func (s *Store) put(ctx context.Context, key string, v *version) (backends.ObjectInfo, error) {
-	w, err := s.b.Write(ctx, key, backends.WriteOptions{SizeHint: v.size})
+	onUpload, forget := s.trackUploads(key)
+	w, err := s.b.Write(ctx, key, backends.WriteOptions{SizeHint: v.size, OnUpload: onUpload})
 	if err != nil {
 		return backends.ObjectInfo{}, err
+	}
+	abort := func() {
+		if w.Abort(context.WithoutCancel(ctx)) == nil {
+			forget() // else the next start aborts it
+		}
 	}
 	if rw, ok := w.(backends.ReaderAtWriter); ok && s.limiter == nil {
 		// Parts read straight from the sealed blob, in parallel.
@@ -87,18 +93,19 @@ func (s *Store) put(ctx context.Context, key string, v *version) (backends.Objec
 		}
 	}
 	if err != nil {
-		w.Abort(context.WithoutCancel(ctx))
+		abort()
 		return backends.ObjectInfo{}, err
 	}
 	if err := checkUnchanged(key, v); err != nil {
-		w.Abort(context.WithoutCancel(ctx))
+		abort()
 		return backends.ObjectInfo{}, err
 	}
 	info, err := w.Commit(ctx)
 	if err != nil {
-		w.Abort(context.WithoutCancel(ctx))
+		abort()
 		return backends.ObjectInfo{}, err
 	}
+	forget()
 	if info.Size != v.size {
 		return info, backends.Wrap("upload", key, backends.ErrTransient,
 			fmt.Errorf("backend holds %d bytes after commit, uploaded %d", info.Size, v.size))
@@ -132,8 +139,17 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s.mu.Lock()
+	// Drain waits for this to end, not only for the count below: after
+	// a drain the journal and staging hold nothing of what it reported.
+	s.completing++
+	defer func() {
+		s.mu.Lock()
+		s.completing--
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	}()
 	clear()
-	removeRecord, reseal := false, false
+	removeRecord, reseal, aside := false, false, false
 	switch {
 	case err == nil:
 		s.done.files++
@@ -146,8 +162,12 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 			if v.gen > e.durable {
 				e.durable = v.gen
 			}
-			if e.pend == v {
+			if samePendLocked(e, v) {
+				old := e.pend
 				s.setPendLocked(e, nil)
+				if old != v { // a preserved copy; v itself is dropped below
+					s.dropVersionLocked(e, old)
+				}
 				removeRecord = true
 			}
 		}
@@ -165,8 +185,10 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 			e.failed = fmt.Errorf("upload %q: %w", key, err)
 			s.m.uploads.WithLabelValues("failed").Inc()
 			s.m.permanentFails.Inc()
-			s.log.Error("writeback: giving up on a file; it stays in staging and is retried on the next start",
-				"key", key, "attempts", e.attempts, "err", err)
+			if aside = isPermanent(err); !aside {
+				s.log.Error("writeback: giving up on a file; it stays in staging and is retried on the next start",
+					"key", key, "attempts", e.attempts, "err", err)
+			}
 		} else {
 			d := s.backoff(e.attempts)
 			s.m.uploads.WithLabelValues("retry").Inc()
@@ -185,16 +207,28 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	if removeRecord {
+		s.crash(crashCommitted)
 		if err := s.jr.remove(e.id); err != nil {
 			s.log.Warn("writeback: cannot remove a journal record (the file will be uploaded again at the next start)", "key", key, "err", err)
 		}
+		s.crash(crashRecordRemoved)
+	}
+	if aside {
+		// Retrying cannot help, now or at the next start.
+		s.setAsideVersion(e, v, e.failed)
+		s.mu.Lock()
+		if e.pend == v {
+			s.setPendLocked(e, nil)
+			s.dropVersionLocked(e, v)
+		}
+		s.mu.Unlock()
 	}
 	s.mu.Lock()
 	s.maybeReleaseLocked(e)
 	s.mu.Unlock()
 	if reseal {
 		e.mu.Unlock()
-		if _, err := s.seal(e, false); err != nil {
+		if _, err := s.seal(e, false, false); err != nil {
 			s.log.Error("writeback: cannot seal a file changed after close", "key", key, "err", err)
 		}
 		e.mu.Lock() // for the deferred Unlock
@@ -215,7 +249,7 @@ func (s *Store) backoff(n int) time.Duration {
 // isPermanent says whether retrying err cannot help.
 func isPermanent(err error) bool {
 	for _, p := range []error{backends.ErrPermission, backends.ErrInvalid, backends.ErrIsDir,
-		backends.ErrNotDir, backends.ErrUnsupported, backends.ErrNotEmpty, backends.ErrExist} {
+		backends.ErrNotDir, backends.ErrUnsupported, backends.ErrNotEmpty, backends.ErrExist, backends.ErrNameTooLong} {
 		if errors.Is(err, p) {
 			return true
 		}

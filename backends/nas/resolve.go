@@ -145,7 +145,9 @@ func mapErr(op, key string, err error) error {
 			sentinel = backends.ErrNotDir
 		case unix.EISDIR:
 			sentinel = backends.ErrIsDir
-		case unix.EINVAL, unix.ENAMETOOLONG, unix.ELOOP:
+		case unix.ENAMETOOLONG:
+			sentinel = backends.ErrNameTooLong
+		case unix.EINVAL, unix.ELOOP:
 			sentinel = backends.ErrInvalid
 		case unix.EXDEV, unix.EOPNOTSUPP:
 			// A rename across mount points inside the root.

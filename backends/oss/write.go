@@ -37,7 +37,7 @@ func (b *Backend) Write(ctx context.Context, key string, opt backends.WriteOptio
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	return &writer{
-		b: b, ctx: wctx, cancel: cancel, key: key, partSize: partSize,
+		b: b, ctx: wctx, cancel: cancel, key: key, partSize: partSize, onUpload: opt.OnUpload,
 		crc: crc64.New(crcTable), sem: make(chan struct{}, b.opt.Concurrency),
 	}, nil
 }
@@ -51,6 +51,7 @@ type writer struct {
 	cancel   context.CancelFunc
 	key      string
 	partSize int64
+	onUpload func(uploadID string) // WriteOptions.OnUpload
 
 	buf  []byte
 	size int64
@@ -184,6 +185,9 @@ func (w *writer) initiate() error {
 		return w.b.wrapErr("write", w.key, err)
 	}
 	w.imur = &imur
+	if w.onUpload != nil {
+		w.onUpload(imur.UploadID)
+	}
 	return nil
 }
 

@@ -1,0 +1,101 @@
+package writeback
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/oss"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+)
+
+// TestCrashDuringMultipartAbortsIt: a daemon killed during a multipart
+// upload leaves the upload open in the store; the next start, which
+// finds its ID recorded in the staging dir, aborts it, and uploads the
+// file again. Against the OSS emulator.
+func TestCrashDuringMultipartAbortsIt(t *testing.T) {
+	t.Setenv("OSS_ACCESS_KEY_ID", "test-id")
+	t.Setenv("OSS_ACCESS_KEY_SECRET", "test-secret")
+	t.Setenv("OSS_SESSION_TOKEN", "")
+	t.Setenv("OSS_ENDPOINT", "")
+	root := t.TempDir()
+	must(t, os.Mkdir(filepath.Join(root, "bkt"), 0o755))
+	_, endpoint := ossemutest.Start(t, root, ossemu.Options{})
+	open := func() backends.Backend {
+		u, err := backends.ParseURI("oss://bkt/out/")
+		must(t, err)
+		b, err := oss.New(context.Background(), u, oss.Options{Endpoint: endpoint, MultipartThreshold: 256 << 10, PartSize: 128 << 10}, nil)
+		must(t, err)
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	ob := open()
+	f := newFaulty(ob) // holds the commit: the upload stays open
+	staging := t.TempDir()
+	s1 := openStore(t, f, staging, nil)
+	f.hold()
+	data := randBytes(8, 1<<20)
+	writeFile(t, s1, "big.pt", data)
+	waitStarted(t, f, "big.pt")
+	var recs []string
+	for deadline := time.Now().Add(30 * time.Second); len(recs) == 0; time.Sleep(5 * time.Millisecond) {
+		recs, _ = filepath.Glob(filepath.Join(s1.uploadsDir(), "*.json"))
+		if time.Now().After(deadline) {
+			t.Fatal("the multipart upload was never recorded")
+		}
+	}
+	left := s1.leftUploads()
+	if len(left) != 1 || left[0].Key != "big.pt" {
+		t.Fatalf("recorded uploads = %+v, want one of big.pt", left)
+	}
+	// The crash: the staging dir as it is now, the upload open in the store.
+	snap := t.TempDir()
+	ctimes := copyTree(t, staging, snap)
+	translateCTimes(t, ctimes, snap)
+	open2 := open()
+	subs, err := os.ReadDir(snap)
+	must(t, err)
+	if len(subs) != 1 || subs[0].Name() != stagingKey(open2) {
+		t.Fatalf("staging holds %v, want the one sub-directory %s (same bucket and prefix)", subs, stagingKey(open2))
+	}
+	s2 := openStore(t, open2, snap, nil)
+	drain(t, s2)
+	got, err := open2.Read(context.Background(), "big.pt", backends.ReadOptions{Length: -1})
+	must(t, err)
+	got.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if recs, _ := filepath.Glob(filepath.Join(s2.uploadsDir(), "*.json")); len(recs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the left upload's record was never cleared (abort failed?)")
+		}
+	}
+	// The store no longer holds the upload: aborting it again finds nothing,
+	// and the emulator lists no upload in progress.
+	if n := openUploads(t, endpoint); n != 0 {
+		t.Fatalf("%d multipart uploads still open in the store", n)
+	}
+	f.release()
+}
+
+// openUploads lists the multipart uploads in progress (ListMultipartUploads).
+func openUploads(t *testing.T, endpoint string) int {
+	t.Helper()
+	c, err := alioss.New(endpoint, "test-id", "test-secret", alioss.ForcePathStyle(true))
+	must(t, err)
+	bkt, err := c.Bucket("bkt")
+	must(t, err)
+	res, err := bkt.ListMultipartUploads(alioss.Prefix("out/"))
+	must(t, err)
+	for _, u := range res.Uploads {
+		t.Logf("open upload %s of %s", u.UploadID, u.Key)
+	}
+	return len(res.Uploads)
+}
