@@ -9,7 +9,7 @@
 // awkward key names, version tokens, atomic commit and abort, error
 // sentinels, a streaming write of more than 64 MiB verified by checksum, and
 // concurrent readers and writers. Optional interfaces (Renamer, Appender,
-// DirMaker, Copier) are tested when the backend implements them.
+// DirMaker, Copier, Linker) are tested when the backend implements them.
 //
 // Every sub-test opens its own backend through newBackend, so each starts
 // from an empty root and failures name the property that broke.
@@ -37,6 +37,7 @@ type Options struct {
 	RequireAppender bool
 	RequireDirMaker bool
 	RequireCopier   bool
+	RequireLinker   bool
 
 	// ManyKeys is the number of keys the paging test creates (default 10,000).
 	ManyKeys int
@@ -102,6 +103,7 @@ func RunOptions(t *testing.T, newBackend func(t *testing.T) backends.Backend, op
 		{"Renamer", testRenamer},
 		{"Appender", testAppender},
 		{"Copier", testCopier},
+		{"Linker", testLinker},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })
