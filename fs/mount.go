@@ -38,6 +38,12 @@ type MountOptions struct {
 	// it may cache names, attributes and failed lookups. Zero values take
 	// the defaults of the tree being mounted.
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
+
+	// DefaultPermissions makes the kernel check every access against the
+	// mode, owner and group the tree reports (mount option
+	// default_permissions); without it, anyone allowed on the mount can do
+	// anything the daemon can.
+	DefaultPermissions bool
 }
 
 // Tuning measured to matter for training I/O (see DESIGN.md): 1 MiB requests
@@ -147,6 +153,9 @@ func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Serve
 		Debug:         opt.Debug,
 		// Extended attributes are not part of any backend's model.
 		DisableXAttrs: true,
+	}
+	if opt.DefaultPermissions {
+		mo.Options = append(mo.Options, "default_permissions")
 	}
 	if opt.ReadOnly {
 		mo.DirectMountFlags = syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV

@@ -76,11 +76,15 @@ for be in "${backends[@]}"; do
 	for d in "$pjd"/tests/*/; do
 		name=$(basename "$d")
 		log="$out/$be-$name.log"
-		(cd "$mnt" && prove -r "$d" >"$log" 2>&1) || true
+		if ! grep -q " $mnt fuse" /proc/mounts; then
+			echo "the mount of $uri is gone (see $out/mount-$be.log)" >&2
+			exit 1
+		fi
+		(cd "$mnt" && prove -r "$d") >"$log" 2>&1 || true
 		# prove prints "Failed N/M subtests" per failing file and
 		# "Files=F, Tests=T" at the end.
-		total=$(grep -o 'Tests=[0-9]*' "$log" | tail -1 | cut -d= -f2)
-		failed=$(grep -o 'Failed [0-9]*/[0-9]* subtests' "$log" | awk '{split($2,a,"/"); s+=a[1]} END {print s+0}')
+		total=$(grep -o 'Tests=[0-9]*' "$log" | tail -1 | cut -d= -f2 || true)
+		failed=$(grep -o 'Failed [0-9]*/[0-9]* subtests' "$log" | awk '{split($2,a,"/"); s+=a[1]} END {print s+0}' || true)
 		printf '%-12s %6s %6s %6s\n' "$name" "${total:-?}" "$failed" "$(( ${total:-0} - failed ))"
 	done
 	kill -TERM "$mpid"
