@@ -166,6 +166,9 @@ func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Serve
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &neg,
+		// A tree that has the kernel check permissions reports exact
+		// modes: 0000 stays 0000 instead of go-fuse's 0644/0755.
+		NullPermissions: opt.DefaultPermissions,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", fsname, mountpoint, err)

@@ -31,7 +31,7 @@ func (t *outTree) loadedMeta(mode uint32, mtime time.Time) nodeMeta {
 // directory, to the directory's group (a new directory inherits setgid).
 func (d *outDir) newMeta(ctx context.Context, mode uint32, dir bool) nodeMeta {
 	now := time.Now()
-	m := nodeMeta{mode: mode & 0o7777, uid: d.t.owner.UID, gid: d.t.owner.GID, atime: now, mtime: now, ctime: now}
+	m := nodeMeta{mode: mode & 0o7777, uid: d.t.owner.UID, gid: d.t.owner.GID, mtime: now, ctime: now}
 	if c, ok := fuse.FromContext(ctx); ok {
 		m.uid, m.gid = c.Uid, c.Gid
 	}
