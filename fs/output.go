@@ -406,8 +406,12 @@ func (d *outDir) Unlink(ctx context.Context, name string) syscall.Errno {
 		return syscall.ENOENT
 	}
 	key := childKey(outKey(&d.Inode), name)
-	if _, ok := ch.Operations().(*outDir); ok {
+	switch ch.Operations().(type) {
+	case *outDir:
 		return syscall.EISDIR
+	case *outSpecial:
+		d.touch() // nothing in the store
+		return 0
 	}
 	if err := d.t.st.Remove(ctx, key); err != nil {
 		return ToErrno(d.t.log, "unlink", key, err)
@@ -476,8 +480,12 @@ func (d *outDir) Rename(ctx context.Context, name string, newParent gofs.InodeEm
 		}
 		if l, isLink := src.Operations().(*outLink); isLink {
 			err = d.t.renameLink(ctx, from, to, l.target, dst != nil)
+		} else if _, special := src.Operations().(*outSpecial); special {
+			if dst != nil {
+				err = d.t.st.Remove(ctx, to) // the special node has nothing to move
+			}
 		} else {
-			if dst != nil && isLinkNode(dst) {
+			if dst != nil && (isLinkNode(dst) || isSpecialNode(dst)) {
 				// The Store knows files only: take the link away first.
 				if err := d.t.st.Remove(ctx, to); err != nil {
 					return ToErrno(d.t.log, "rename", to, err)
@@ -517,6 +525,11 @@ func (d *outDir) Symlink(ctx context.Context, target, name string, out *fuse.Ent
 	out.Attr = ao.Attr
 	d.touch()
 	return ch, 0
+}
+
+func isSpecialNode(n *gofs.Inode) bool {
+	_, ok := n.Operations().(*outSpecial)
+	return ok
 }
 
 func isLinkNode(n *gofs.Inode) bool {

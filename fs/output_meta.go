@@ -107,5 +107,9 @@ func touchNode(n *gofs.Inode) {
 		o.mu.Lock()
 		o.meta.ctime = now
 		o.mu.Unlock()
+	case *outSpecial:
+		o.mu.Lock()
+		o.meta.ctime = now
+		o.mu.Unlock()
 	}
 }

@@ -251,3 +251,61 @@ func TestOutputPermissions(t *testing.T) {
 		t.Errorf("public after a refused append: %q", got)
 	}
 }
+
+// TestOutputSpecialFiles: FIFOs, sockets and device nodes exist in the
+// mount (the kernel serves FIFOs itself), can be renamed and removed, and
+// are never stored: a remount does not show them, and the backend holds
+// nothing for them.
+func TestOutputSpecialFiles(t *testing.T) {
+	back := t.TempDir()
+	m := testOutputMount(t, newNAS(t, back), t.TempDir(), nil)
+	p := func(n string) string { return filepath.Join(m.mnt, n) }
+	must(t, unix.Mkfifo(p("fifo"), 0o640))
+	must(t, unix.Mknod(p("sock"), unix.S_IFSOCK|0o600, 0))
+	must(t, unix.Mknod(p("chr"), unix.S_IFCHR|0o644, int(unix.Mkdev(1, 3))))
+	must(t, unix.Mknod(p("reg"), unix.S_IFREG|0o600, 0))
+	for _, c := range []struct {
+		name string
+		mode uint32
+	}{{"fifo", unix.S_IFIFO | 0o640}, {"sock", unix.S_IFSOCK | 0o600}, {"chr", unix.S_IFCHR | 0o644}, {"reg", unix.S_IFREG | 0o600}} {
+		if st := statT(t, p(c.name)); st.Mode != c.mode {
+			t.Errorf("%s: mode %o, want %o", c.name, st.Mode, c.mode)
+		}
+	}
+	if st := statT(t, p("chr")); st.Rdev != unix.Mkdev(1, 3) {
+		t.Errorf("chr: rdev %x", st.Rdev)
+	}
+	wantErrno(t, "mkfifo over a FIFO", unix.Mkfifo(p("fifo"), 0o600), syscall.EEXIST)
+	fd, err := unix.Open(p("fifo"), unix.O_RDWR, 0)
+	must(t, err)
+	if _, err := unix.Write(fd, []byte("through the fifo")); err != nil {
+		t.Errorf("write to the FIFO: %v", err)
+	}
+	buf := make([]byte, 64)
+	n, err := unix.Read(fd, buf)
+	unix.Close(fd)
+	if err != nil || string(buf[:n]) != "through the fifo" {
+		t.Errorf("read from the FIFO: %q, %v", buf[:n], err)
+	}
+	must(t, os.Rename(p("fifo"), p("fifo2")))
+	must(t, os.WriteFile(p("file"), []byte("f"), 0o644))
+	must(t, os.Rename(p("file"), p("sock"))) // a file over a socket
+	must(t, os.Remove(p("chr")))
+	if got := readFile(t, p("sock")); got != "f" {
+		t.Errorf("file renamed over a socket reads %q", got)
+	}
+	m.close(t)
+	ents, err := os.ReadDir(back)
+	must(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if fmt.Sprint(names) != "[reg sock]" {
+		t.Errorf("backend holds %q, want [reg sock] (regular files only)", names)
+	}
+	m2 := testOutputMount(t, newNAS(t, back), t.TempDir(), nil)
+	if _, err := os.Lstat(filepath.Join(m2.mnt, "fifo2")); !os.IsNotExist(err) {
+		t.Errorf("FIFO after a remount: %v, want it gone", err)
+	}
+}
