@@ -410,12 +410,13 @@ func (d *outDir) Unlink(ctx context.Context, name string) syscall.Errno {
 	case *outDir:
 		return syscall.EISDIR
 	case *outSpecial:
-		d.touch() // nothing in the store
-		return 0
+		// Nothing in the store.
+	default:
+		if err := d.t.st.Remove(ctx, key); err != nil {
+			return ToErrno(d.t.log, "unlink", key, err)
+		}
 	}
-	if err := d.t.st.Remove(ctx, key); err != nil {
-		return ToErrno(d.t.log, "unlink", key, err)
-	}
+	goneNode(ch)
 	d.touch()
 	return 0
 }
@@ -500,6 +501,9 @@ func (d *outDir) Rename(ctx context.Context, name string, newParent gofs.InodeEm
 	d.touch()
 	nd.touch()
 	touchNode(src)
+	if dst != nil {
+		goneNode(dst)
+	}
 	return 0
 }
 

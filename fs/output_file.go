@@ -58,7 +58,7 @@ func (f *outFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 		mt = f.mtime
 	}
 	f.meta.fill(out, syscall.S_IFREG, mt)
-	out.Nlink = 1
+	out.Nlink = f.meta.nlink()
 	out.Size = uint64(info.Size)
 	out.Blocks = (out.Size + 511) / 512
 	return 0

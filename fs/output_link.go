@@ -38,7 +38,7 @@ func (l *outLink) Getattr(ctx context.Context, _ gofs.FileHandle, out *fuse.Attr
 	defer l.mu.Unlock()
 	l.meta.fill(out, syscall.S_IFLNK, l.meta.mtime)
 	out.Mode = syscall.S_IFLNK | 0o777 // links have no permissions of their own
-	out.Nlink = 1
+	out.Nlink = l.meta.nlink()
 	out.Size = uint64(len(l.target))
 	return 0
 }

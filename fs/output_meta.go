@@ -19,6 +19,15 @@ type nodeMeta struct {
 	atime    time.Time // zero: the same as mtime
 	mtime    time.Time // directories and links (files: see outFile.stat)
 	ctime    time.Time // last change of metadata; never shown before mtime
+	gone     bool      // unlinked or replaced by a rename: open descriptors see nlink 0
+}
+
+// nlink is the link count of a non-directory.
+func (m *nodeMeta) nlink() uint32 {
+	if m.gone {
+		return 0
+	}
+	return 1
 }
 
 // loadedMeta describes something the backend held before this mount.
@@ -92,7 +101,13 @@ func (m *nodeMeta) set(in *fuse.SetAttrIn) {
 
 // touchNode records a change of n's metadata other than through setattr
 // (a rename).
-func touchNode(n *gofs.Inode) {
+func touchNode(n *gofs.Inode) { changeNode(n, false) }
+
+// goneNode records that n's name was removed (unlink, or replaced by a
+// rename), which changes its link count.
+func goneNode(n *gofs.Inode) { changeNode(n, true) }
+
+func changeNode(n *gofs.Inode, gone bool) {
 	now := time.Now()
 	switch o := n.Operations().(type) {
 	case *outDir:
@@ -101,15 +116,15 @@ func touchNode(n *gofs.Inode) {
 		o.mu.Unlock()
 	case *outFile:
 		o.mu.Lock()
-		o.meta.ctime = now
+		o.meta.ctime, o.meta.gone = now, o.meta.gone || gone
 		o.mu.Unlock()
 	case *outLink:
 		o.mu.Lock()
-		o.meta.ctime = now
+		o.meta.ctime, o.meta.gone = now, o.meta.gone || gone
 		o.mu.Unlock()
 	case *outSpecial:
 		o.mu.Lock()
-		o.meta.ctime = now
+		o.meta.ctime, o.meta.gone = now, o.meta.gone || gone
 		o.mu.Unlock()
 	}
 }

@@ -148,6 +148,23 @@ func TestOutputMetadata(t *testing.T) {
 			t.Errorf("nlink of an empty directory = %d, want 2", st.Nlink)
 		}
 	})
+	t.Run("UnlinkedOpen", func(t *testing.T) {
+		must(t, os.WriteFile(p("u"), []byte("still here"), 0o644))
+		f, err := os.Open(p("u"))
+		must(t, err)
+		defer f.Close()
+		must(t, os.Remove(p("u")))
+		var st unix.Stat_t
+		must(t, unix.Fstat(int(f.Fd()), &st))
+		if st.Nlink != 0 {
+			t.Errorf("fstat of an open, unlinked file: nlink %d, want 0", st.Nlink)
+		}
+		buf := make([]byte, 32)
+		n, _ := f.ReadAt(buf, 0)
+		if string(buf[:n]) != "still here" {
+			t.Errorf("read of an open, unlinked file: %q", buf[:n])
+		}
+	})
 	t.Run("ModeZero", func(t *testing.T) {
 		fd, err := unix.Open(p("zero"), unix.O_CREAT|unix.O_WRONLY|unix.O_EXCL, 0)
 		must(t, err)

@@ -32,7 +32,7 @@ func (n *outSpecial) Getattr(ctx context.Context, _ gofs.FileHandle, out *fuse.A
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.meta.fill(out, n.StableAttr().Mode&syscall.S_IFMT, n.meta.mtime)
-	out.Nlink = 1
+	out.Nlink = n.meta.nlink()
 	out.Rdev = n.rdev
 	return 0
 }

@@ -7,7 +7,8 @@
 # PJDFSTEST_DIR is a pjdfstest checkout; it is built there if its pjdfstest
 # binary is missing (needs autoconf, automake, a C compiler). Run as root
 # from the mlfsd checkout: pjdfstest switches users and mounts need root.
-# Detailed prove output goes to $OUT (default /tmp/mlfsd-pjdfstest).
+# Detailed prove output goes to $OUT (default /tmp/mlfsd-pjdfstest). Set
+# DIRS="chmod unlink" to run only those test directories.
 set -euo pipefail
 
 pjd=$(cd "${1:?usage: $0 PJDFSTEST_DIR [nas|oss]...}" && pwd)
@@ -75,6 +76,9 @@ for be in "${backends[@]}"; do
 	printf '%-12s %6s %6s %6s\n' dir tests failed passed
 	for d in "$pjd"/tests/*/; do
 		name=$(basename "$d")
+		if [ -n "${DIRS:-}" ] && [[ " $DIRS " != *" $name "* ]]; then
+			continue
+		fi
 		log="$out/$be-$name.log"
 		if ! grep -q " $mnt fuse" /proc/mounts; then
 			echo "the mount of $uri is gone (see $out/mount-$be.log)" >&2
