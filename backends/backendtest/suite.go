@@ -29,8 +29,8 @@ import (
 // Options tunes the suite for one backend. The zero value runs the full
 // suite and tests whichever optional interfaces the backend implements.
 type Options struct {
-	// RequireRenamer, RequireAppender, RequireDirMaker and RequireCopier
-	// make the suite fail when the backend lacks that optional interface
+	// RequireRenamer, RequireAppender, RequireDirMaker, RequireCopier and
+	// RequireLinker make the suite fail when the backend lacks that optional interface
 	// (instead of skipping its sub-test), so a backend that promises one
 	// cannot lose it silently.
 	RequireRenamer  bool
