@@ -63,6 +63,10 @@ type ObjectInfo struct {
 	IsDir   bool
 	// Mode holds permission bits where the store has them (0 otherwise).
 	Mode uint32
+	// Link is the target of a symbolic link, set only in listings that
+	// ask for links (ListOptions.Links) from a Linker store. The entry then
+	// describes the link itself: IsDir is false, Size is len(Link).
+	Link string
 }
 
 // ListOptions selects a page of a listing.
@@ -77,6 +81,11 @@ type ListOptions struct {
 	Token string
 	// MaxKeys bounds the page size; 0 lets the backend choose (about 1000).
 	MaxKeys int
+	// Links asks a Linker store to list symbolic links as links (with
+	// ObjectInfo.Link set, dangling ones included) instead of as what they
+	// lead to. Recursive listings do not descend through them. Stores
+	// without links ignore it.
+	Links bool
 }
 
 // ListPage is one page of a listing, in ascending key order within each slice.
@@ -155,4 +164,15 @@ type Appender interface {
 // and its parents; an existing directory is not an error.
 type DirMaker interface {
 	MakeDir(ctx context.Context, key string) error
+}
+
+// Linker is implemented by stores that keep symbolic links as links of
+// their own, distinct from every regular name (NAS: a real symlink; OSS: a
+// symlink object). Symlink creates key as a link to target, an arbitrary
+// non-empty string that the store never resolves for us; an existing key is
+// an error wrapping ErrExist. A link lists with ObjectInfo.Link set when the
+// listing asks for links; Delete removes the link itself, Renamer.Rename
+// moves the link itself.
+type Linker interface {
+	Symlink(ctx context.Context, key, target string) error
 }

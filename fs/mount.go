@@ -41,6 +41,12 @@ type MountOptions struct {
 
 	// Observe, when set, is told of every request answered (metrics).
 	Observe Observer
+
+	// DefaultPermissions makes the kernel check every access against the
+	// mode, owner and group the tree reports (mount option
+	// default_permissions); without it, anyone allowed on the mount can do
+	// anything the daemon can.
+	DefaultPermissions bool
 }
 
 // Tuning measured to matter for training I/O (see DESIGN.md): 1 MiB requests
@@ -159,6 +165,9 @@ func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Serve
 		// rewritten would replace the last good one before its close.
 		mo.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
 	}
+	if opt.DefaultPermissions {
+		mo.Options = append(mo.Options, "default_permissions")
+	}
 	if opt.ReadOnly {
 		mo.DirectMountFlags = syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV
 		mo.Options = append(mo.Options, "ro") // for the fusermount fallback
@@ -169,6 +178,9 @@ func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Serve
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &neg,
+		// A tree that has the kernel check permissions reports exact
+		// modes: 0000 stays 0000 instead of go-fuse's 0644/0755.
+		NullPermissions: opt.DefaultPermissions,
 	})
 	if opt.Observe != nil {
 		rawFS = &observedFS{RawFileSystem: rawFS, obs: opt.Observe}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -29,11 +30,6 @@ import (
 // Lock order: outDir.mu of a parent before its child's; no tree lock is
 // held while writeback.Store waits for an upload.
 
-// LinkSuffix marks an object that holds a symbolic link: the object
-// "a/b.mlfsdlink" whose content is "target" is the link a/b -> target.
-// Object stores have no links; this keeps them across runs.
-const LinkSuffix = ".mlfsdlink"
-
 // outputCacheTimeout bounds kernel caching of names and attributes. All
 // changes go through this tree, so it is safe; it is short only so that
 // sizes the kernel did not see change (an upload) show up soon.
@@ -53,13 +49,21 @@ type OutputOptions struct {
 	NoPassthrough bool
 	// Log receives errors mapped to EIO; nil discards.
 	Log *slog.Logger
+	// Owner is the owner of everything the backend holds (stores keep no
+	// owners); nil means the daemon's own uid and gid. Files and
+	// directories created through the mount belong to their creator.
+	Owner *Owner
 }
 
+// Owner is a uid and gid.
+type Owner struct{ UID, GID uint32 }
+
 type outTree struct {
-	st  *writeback.Store
-	b   backends.Backend
-	opt OutputOptions
-	log *slog.Logger
+	st    *writeback.Store
+	b     backends.Backend
+	opt   OutputOptions
+	log   *slog.Logger
+	owner Owner // of what the backend holds
 }
 
 // NewOutputRoot returns the root of an output tree over opt.Store.
@@ -71,13 +75,17 @@ func NewOutputRoot(ctx context.Context, opt OutputOptions) (gofs.InodeEmbedder, 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &outTree{st: opt.Store, b: opt.Store.Backend(), opt: opt, log: log}
+	t := &outTree{st: opt.Store, b: opt.Store.Backend(), opt: opt, log: log,
+		owner: Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}}
+	if opt.Owner != nil {
+		t.owner = *opt.Owner
+	}
 	// The root must exist in stores with directories, so that its listing
 	// and uploads under it work.
 	if err := t.st.MakeDir(ctx, ""); err != nil {
 		return nil, err
 	}
-	return &outDir{t: t, mode: 0o755, mtime: time.Now()}, nil
+	return &outDir{t: t, meta: t.loadedMeta(0o755, time.Now())}, nil
 }
 
 // MountOutput mounts an output tree at mountpoint.
@@ -99,6 +107,9 @@ func MountOutput(ctx context.Context, mountpoint string, opt OutputOptions, mopt
 		mopt.Log = opt.Log
 	}
 	mopt.ReadOnly = false
+	// The kernel checks permissions against the modes and owners this
+	// tree reports (see docs/SEMANTICS.md, "Permissions").
+	mopt.DefaultPermissions = true
 	return Mount(mountpoint, root, mopt)
 }
 
@@ -118,9 +129,8 @@ type outDir struct {
 	t *outTree
 
 	mu     sync.Mutex
-	loaded bool // GUARDED_BY(mu): the backend listing was merged in
-	mode   uint32
-	mtime  time.Time
+	loaded bool     // GUARDED_BY(mu): the backend listing was merged in
+	meta   nodeMeta // GUARDED_BY(mu)
 }
 
 var (
@@ -152,7 +162,8 @@ func (d *outDir) load(ctx context.Context) syscall.Errno {
 	}
 	files := map[string]backends.ObjectInfo{}
 	dirs := map[string]bool{}
-	opt := backends.ListOptions{Prefix: prefix}
+	dirInfo := map[string]backends.ObjectInfo{}
+	opt := backends.ListOptions{Prefix: prefix, Links: true}
 	for {
 		page, err := d.t.b.List(ctx, opt)
 		if err != nil {
@@ -165,6 +176,9 @@ func (d *outDir) load(ctx context.Context) syscall.Errno {
 			}
 			if o.IsDir {
 				dirs[name] = true
+				if dirInfo[name].Mode == 0 {
+					dirInfo[name] = o
+				}
 			} else {
 				files[name] = o
 			}
@@ -188,31 +202,44 @@ func (d *outDir) load(ctx context.Context) syscall.Errno {
 	}
 	for name := range dirs {
 		if d.GetChild(name) == nil {
-			d.AddChild(name, d.NewPersistentInode(ctx, &outDir{t: d.t, mode: 0o755, mtime: time.Now()},
+			o := dirInfo[name]
+			mt := o.ModTime
+			if mt.IsZero() {
+				mt = time.Now()
+			}
+			d.AddChild(name, d.NewPersistentInode(ctx, &outDir{t: d.t, meta: d.t.loadedMeta(dirMode(o.Mode), mt)},
 				gofs.StableAttr{Mode: syscall.S_IFDIR}), false)
 		}
 	}
 	for name, o := range files {
-		if ln, ok := strings.CutSuffix(name, LinkSuffix); ok && ln != "" {
-			if d.GetChild(ln) == nil && !dirs[ln] {
-				d.AddChild(ln, d.NewPersistentInode(ctx, &outLink{t: d.t, mtime: o.ModTime},
-					gofs.StableAttr{Mode: syscall.S_IFLNK}), false)
-			}
+		if d.GetChild(name) != nil || dirs[name] {
 			continue
 		}
-		if d.GetChild(name) == nil && !dirs[name] {
-			info := o
-			d.AddChild(name, d.NewPersistentInode(ctx, &outFile{t: d.t, base: &info, mode: fileMode(o.Mode)},
-				gofs.StableAttr{Mode: syscall.S_IFREG}), false)
+		if o.Link != "" {
+			d.AddChild(name, d.NewPersistentInode(ctx, &outLink{t: d.t, target: o.Link, meta: d.t.loadedMeta(0o777, o.ModTime)},
+				gofs.StableAttr{Mode: syscall.S_IFLNK}), false)
+			continue
 		}
+		info := o
+		d.AddChild(name, d.NewPersistentInode(ctx, &outFile{t: d.t, base: &info, meta: d.t.loadedMeta(fileMode(o.Mode), o.ModTime)},
+			gofs.StableAttr{Mode: syscall.S_IFREG}), false)
 	}
 	d.loaded = true
 	return 0
 }
 
+// fileMode and dirMode are the modes of what the backend holds: the
+// store's where it keeps them (NAS, HDFS), else the usual defaults.
 func fileMode(m uint32) uint32 {
-	if m&0o777 == 0 {
+	if m&0o7777 == 0 {
 		return 0o644
+	}
+	return m & 0o7777
+}
+
+func dirMode(m uint32) uint32 {
+	if m&0o7777 == 0 {
+		return 0o755
 	}
 	return m & 0o7777
 }
@@ -253,31 +280,42 @@ func (d *outDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	return gofs.NewListDirStream(entries), 0
 }
 
+// Getattr counts sub-directories for the link count (2 + their number,
+// as find(1) and others expect), so it lists the directory if that has
+// not happened yet.
 func (d *outDir) Getattr(ctx context.Context, _ gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if errno := d.load(ctx); errno != 0 {
+		return errno
+	}
+	nlink := uint32(2)
+	for _, ch := range d.Children() {
+		if ch.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			nlink++
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out.Mode = syscall.S_IFDIR | d.mode
-	out.Nlink = 2
+	d.meta.fill(out, syscall.S_IFDIR, d.meta.mtime)
+	out.Nlink = nlink
 	out.Size = 4096
-	out.SetTimes(nil, &d.mtime, &d.mtime)
 	return 0
 }
 
 func (d *outDir) Setattr(ctx context.Context, _ gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	d.mu.Lock()
-	if m, ok := in.GetMode(); ok {
-		d.mode = m & 0o7777
-	}
+	d.meta.set(in)
 	if mt, ok := in.GetMTime(); ok {
-		d.mtime = mt
+		d.meta.mtime = mt
 	}
 	d.mu.Unlock()
 	return d.Getattr(ctx, nil, out)
 }
 
+// touch records a change of the directory's entries.
 func (d *outDir) touch() {
+	now := time.Now()
 	d.mu.Lock()
-	d.mtime = time.Now()
+	d.meta.mtime, d.meta.ctime = now, now
 	d.mu.Unlock()
 }
 
@@ -305,7 +343,7 @@ func (d *outDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.
 	if err := d.t.st.MakeDir(ctx, key); err != nil {
 		return nil, ToErrno(d.t.log, "mkdir", key, err)
 	}
-	nd := &outDir{t: d.t, loaded: true, mode: mode & 0o7777, mtime: time.Now()}
+	nd := &outDir{t: d.t, loaded: true, meta: d.newMeta(ctx, mode, true)}
 	ch := d.NewPersistentInode(ctx, nd, gofs.StableAttr{Mode: syscall.S_IFDIR})
 	var ao fuse.AttrOut
 	nd.Getattr(ctx, nil, &ao)
@@ -355,7 +393,7 @@ func (d *outDir) Create(ctx context.Context, name string, flags uint32, mode uin
 	if err != nil {
 		return nil, nil, 0, ToErrno(d.t.log, "create", key, err)
 	}
-	f := &outFile{t: d.t, mode: mode & 0o7777}
+	f := &outFile{t: d.t, meta: d.newMeta(ctx, mode, false)}
 	ch := d.NewPersistentInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG})
 	fh := newOutHandle(f, h, true)
 	var ao fuse.AttrOut
@@ -377,12 +415,14 @@ func (d *outDir) Unlink(ctx context.Context, name string) syscall.Errno {
 	switch ch.Operations().(type) {
 	case *outDir:
 		return syscall.EISDIR
-	case *outLink:
-		key += LinkSuffix
+	case *outSpecial:
+		// Nothing in the store.
+	default:
+		if err := d.t.st.Remove(ctx, key); err != nil {
+			return ToErrno(d.t.log, "unlink", key, err)
+		}
 	}
-	if err := d.t.st.Remove(ctx, key); err != nil {
-		return ToErrno(d.t.log, "unlink", key, err)
-	}
+	goneNode(ch)
 	d.touch()
 	return 0
 }
@@ -439,28 +479,28 @@ func (d *outDir) Rename(ctx context.Context, name string, newParent gofs.InodeEm
 				return syscall.ENOTEMPTY
 			}
 		}
-		err = d.t.st.RenameDir(ctx, from, to)
+		if err = d.t.moveLinksUnder(ctx, src, from, to); err == nil {
+			err = d.t.st.RenameDir(ctx, from, to)
+		}
 	default:
 		if dst != nil {
-			switch dst.Operations().(type) {
-			case *outDir:
+			if _, ok := dst.Operations().(*outDir); ok {
 				return syscall.EISDIR
-			case *outLink:
-				if err := d.t.st.Remove(ctx, to+LinkSuffix); err != nil {
+			}
+		}
+		if l, isLink := src.Operations().(*outLink); isLink {
+			err = d.t.renameLink(ctx, from, to, l.target, dst != nil)
+		} else if _, special := src.Operations().(*outSpecial); special {
+			if dst != nil {
+				err = d.t.st.Remove(ctx, to) // the special node has nothing to move
+			}
+		} else {
+			if dst != nil && (isLinkNode(dst) || isSpecialNode(dst)) {
+				// The Store knows files only: take the link away first.
+				if err := d.t.st.Remove(ctx, to); err != nil {
 					return ToErrno(d.t.log, "rename", to, err)
 				}
 			}
-		}
-		if _, isLink := src.Operations().(*outLink); isLink {
-			if dst != nil {
-				if _, dstLink := dst.Operations().(*outLink); !dstLink {
-					if err := d.t.st.Remove(ctx, to); err != nil {
-						return ToErrno(d.t.log, "rename", to, err)
-					}
-				}
-			}
-			err = d.t.st.Rename(ctx, from+LinkSuffix, to+LinkSuffix)
-		} else {
 			err = d.t.st.Rename(ctx, from, to)
 		}
 	}
@@ -469,6 +509,10 @@ func (d *outDir) Rename(ctx context.Context, name string, newParent gofs.InodeEm
 	}
 	d.touch()
 	nd.touch()
+	touchNode(src)
+	if dst != nil {
+		goneNode(dst)
+	}
 	return 0
 }
 
@@ -479,26 +523,32 @@ func (d *outDir) Symlink(ctx context.Context, target, name string, out *fuse.Ent
 	if d.GetChild(name) != nil {
 		return nil, syscall.EEXIST
 	}
-	key := childKey(outKey(&d.Inode), name) + LinkSuffix
+	lk, ok := d.t.b.(backends.Linker)
+	if !ok {
+		return nil, syscall.EPERM // symlink(2): the file system does not support links
+	}
+	key := childKey(outKey(&d.Inode), name)
 	if err := d.t.st.CheckName(key); err != nil {
 		return nil, ToErrno(d.t.log, "symlink", key, err)
 	}
-	h, err := d.t.st.Open(ctx, key, nil, writeback.OpenFlags{Write: true, Truncate: true})
-	if err == nil {
-		_, err = h.WriteAt(ctx, []byte(target), 0)
-		if err == nil {
-			err = h.Flush(ctx)
-		}
-		h.Release()
-	}
-	if err != nil {
+	if err := lk.Symlink(ctx, key, target); err != nil {
 		return nil, ToErrno(d.t.log, "symlink", key, err)
 	}
-	l := &outLink{t: d.t, target: target, known: true, mtime: time.Now()}
+	l := &outLink{t: d.t, target: target, meta: d.newMeta(ctx, 0o777, false)}
 	ch := d.NewPersistentInode(ctx, l, gofs.StableAttr{Mode: syscall.S_IFLNK})
 	var ao fuse.AttrOut
 	l.Getattr(ctx, nil, &ao)
 	out.Attr = ao.Attr
 	d.touch()
 	return ch, 0
+}
+
+func isSpecialNode(n *gofs.Inode) bool {
+	_, ok := n.Operations().(*outSpecial)
+	return ok
+}
+
+func isLinkNode(n *gofs.Inode) bool {
+	_, ok := n.Operations().(*outLink)
+	return ok
 }

@@ -22,7 +22,7 @@ type outFile struct {
 
 	mu    sync.Mutex
 	base  *backends.ObjectInfo // GUARDED_BY(mu): from the listing; nil for a file created here
-	mode  uint32               // GUARDED_BY(mu)
+	meta  nodeMeta             // GUARDED_BY(mu): mode, owner, atime, ctime (output_meta.go)
 	mtime time.Time            // GUARDED_BY(mu): set by utimens; zero = from the data
 }
 
@@ -53,15 +53,14 @@ func (f *outFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.Att
 	info := f.stat(fh)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out.Mode = syscall.S_IFREG | f.mode
-	out.Nlink = 1
-	out.Size = uint64(info.Size)
-	out.Blocks = (out.Size + 511) / 512
 	mt := info.ModTime
 	if !f.mtime.IsZero() {
 		mt = f.mtime
 	}
-	out.SetTimes(nil, &mt, &mt)
+	f.meta.fill(out, syscall.S_IFREG, mt)
+	out.Nlink = f.meta.nlink()
+	out.Size = uint64(info.Size)
+	out.Blocks = (out.Size + 511) / 512
 	return 0
 }
 
@@ -72,9 +71,7 @@ func (f *outFile) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetA
 		}
 	}
 	f.mu.Lock()
-	if m, ok := in.GetMode(); ok {
-		f.mode = m & 0o7777
-	}
+	f.meta.set(in)
 	if mt, ok := in.GetMTime(); ok {
 		f.mtime = mt
 	} else if _, ok := in.GetSize(); ok {
@@ -214,62 +211,4 @@ func (oh *outHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 func (oh *outHandle) Release(ctx context.Context) syscall.Errno {
 	return ToErrno(oh.f.t.log, "release", oh.h.Key(), oh.h.Release())
-}
-
-// outLink is a symbolic link, stored as an object with LinkSuffix.
-type outLink struct {
-	gofs.Inode
-	t *outTree
-
-	mu     sync.Mutex
-	target string // GUARDED_BY(mu), valid when known
-	known  bool   // GUARDED_BY(mu)
-	mtime  time.Time
-}
-
-var (
-	_ = (gofs.NodeReadlinker)((*outLink)(nil))
-	_ = (gofs.NodeGetattrer)((*outLink)(nil))
-)
-
-func (l *outLink) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.known {
-		return []byte(l.target), 0
-	}
-	key := outKey(&l.Inode) + LinkSuffix
-	info, ok := l.t.st.Stat(key)
-	if !ok {
-		var err error
-		if info, err = l.t.b.Stat(ctx, key); err != nil {
-			return nil, ToErrno(l.t.log, "readlink", key, err)
-		}
-	}
-	h, err := l.t.st.Open(ctx, key, &info, writeback.OpenFlags{})
-	if err != nil {
-		return nil, ToErrno(l.t.log, "readlink", key, err)
-	}
-	defer h.Release()
-	buf := make([]byte, info.Size)
-	n, err := h.ReadAt(ctx, buf, 0)
-	if err != nil && err != io.EOF {
-		return nil, ToErrno(l.t.log, "readlink", key, err)
-	}
-	l.target, l.known = string(buf[:n]), true
-	return []byte(l.target), 0
-}
-
-func (l *outLink) Getattr(ctx context.Context, _ gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	t, errno := l.Readlink(ctx)
-	if errno != 0 {
-		return errno
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out.Mode = syscall.S_IFLNK | 0o777
-	out.Nlink = 1
-	out.Size = uint64(len(t))
-	out.SetTimes(nil, &l.mtime, &l.mtime)
-	return 0
 }

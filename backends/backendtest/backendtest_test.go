@@ -60,6 +60,10 @@ var mutants = map[string]struct {
 		func(b backends.Backend) backends.Backend { return &ignoreCancel{b} },
 		[]string{"ContextCanceled"},
 	},
+	"suffix-encoded-links": {
+		func(b backends.Backend) backends.Backend { return &suffixLinks{b} },
+		[]string{"Linker"},
+	},
 }
 
 const mutantEnv = "BACKENDTEST_MUTANT"
@@ -238,4 +242,50 @@ type ignoreCancel struct{ backends.Backend }
 
 func (m *ignoreCancel) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
 	return m.Backend.Stat(context.WithoutCancel(ctx), key)
+}
+
+// suffixLinks stores links the way mlfsd once did: as "NAME.mlfsdlink"
+// objects holding the target, which collide with regular names.
+type suffixLinks struct{ backends.Backend }
+
+const oldLinkSuffix = ".mlfsdlink"
+
+func (s *suffixLinks) Symlink(ctx context.Context, key, target string) error {
+	if _, err := s.Stat(ctx, key+oldLinkSuffix); err == nil {
+		return backends.Wrap("symlink", key, backends.ErrExist, nil)
+	}
+	w, err := s.Write(ctx, key+oldLinkSuffix, backends.WriteOptions{SizeHint: int64(len(target))})
+	if err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, target); err != nil {
+		_ = w.Abort(ctx)
+		return err
+	}
+	_, err = w.Commit(ctx)
+	return err
+}
+
+func (s *suffixLinks) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
+	page, err := s.Backend.List(ctx, opt)
+	if err != nil || !opt.Links {
+		return page, err
+	}
+	for i, o := range page.Objects {
+		name, ok := strings.CutSuffix(o.Key, oldLinkSuffix)
+		if !ok || o.IsDir {
+			continue
+		}
+		r, err := s.Read(ctx, o.Key, backends.ReadOptions{Length: -1})
+		if err != nil {
+			return page, err
+		}
+		target, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			return page, err
+		}
+		page.Objects[i].Key, page.Objects[i].Link, page.Objects[i].Size = name, string(target), int64(len(target))
+	}
+	return page, nil
 }

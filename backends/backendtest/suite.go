@@ -9,7 +9,7 @@
 // awkward key names, version tokens, atomic commit and abort, error
 // sentinels, a streaming write of more than 64 MiB verified by checksum, and
 // concurrent readers and writers. Optional interfaces (Renamer, Appender,
-// DirMaker, Copier) are tested when the backend implements them.
+// DirMaker, Copier, Linker) are tested when the backend implements them.
 //
 // Every sub-test opens its own backend through newBackend, so each starts
 // from an empty root and failures name the property that broke.
@@ -29,14 +29,15 @@ import (
 // Options tunes the suite for one backend. The zero value runs the full
 // suite and tests whichever optional interfaces the backend implements.
 type Options struct {
-	// RequireRenamer, RequireAppender, RequireDirMaker and RequireCopier
-	// make the suite fail when the backend lacks that optional interface
+	// RequireRenamer, RequireAppender, RequireDirMaker, RequireCopier and
+	// RequireLinker make the suite fail when the backend lacks that optional interface
 	// (instead of skipping its sub-test), so a backend that promises one
 	// cannot lose it silently.
 	RequireRenamer  bool
 	RequireAppender bool
 	RequireDirMaker bool
 	RequireCopier   bool
+	RequireLinker   bool
 
 	// ManyKeys is the number of keys the paging test creates (default 10,000).
 	ManyKeys int
@@ -102,6 +103,7 @@ func RunOptions(t *testing.T, newBackend func(t *testing.T) backends.Backend, op
 		{"Renamer", testRenamer},
 		{"Appender", testAppender},
 		{"Copier", testCopier},
+		{"Linker", testLinker},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })

@@ -45,7 +45,7 @@ func (b *backend) List(ctx context.Context, opt backends.ListOptions) (backends.
 	if max <= 0 {
 		max = defaultMaxKeys
 	}
-	l := &lister{b: b, ctx: ctx, token: opt.Token, max: max, recursive: opt.Recursive, ancestors: map[devIno]bool{}}
+	l := &lister{b: b, ctx: ctx, token: opt.Token, max: max, recursive: opt.Recursive, links: opt.Links, ancestors: map[devIno]bool{}}
 	if err := l.walk(rel, dirKey, namePrefix, true); err != nil {
 		return backends.ListPage{}, mapErr("list", opt.Prefix, err)
 	}
@@ -68,6 +68,7 @@ type lister struct {
 	token     string
 	max       int
 	recursive bool
+	links     bool // list symlinks as links (ListOptions.Links)
 	// ancestors holds the directories being walked, so a symlink back to
 	// one of them does not loop.
 	ancestors map[devIno]bool
@@ -134,10 +135,17 @@ func (l *lister) walk(rel, dirKey, namePrefix string, top bool) error {
 	var lastName string
 	var lastSt unix.Stat_t
 	var lastOK bool
+	var lastLink string
 	entry := func(name string) (*unix.Stat_t, bool) {
 		if name != lastName {
 			lastName = name
-			lastOK = l.stat(fd, rel, name, &lastSt)
+			lastLink, lastOK = "", false
+			if l.links {
+				lastLink, lastOK = l.link(fd, name, &lastSt)
+			}
+			if !lastOK {
+				lastOK = l.stat(fd, rel, name, &lastSt)
+			}
 		}
 		return &lastSt, lastOK
 	}
@@ -155,7 +163,11 @@ func (l *lister) walk(rel, dirKey, namePrefix string, top bool) error {
 				continue
 			}
 			if st, ok := entry(it.name); ok {
-				l.objs = append(l.objs, info(it.s, st))
+				oi := info(it.s, st)
+				if lastLink != "" {
+					oi.Link, oi.Size, oi.Mode = lastLink, int64(len(lastLink)), 0o777
+				}
+				l.objs = append(l.objs, oi)
 			}
 			continue
 		}
@@ -197,4 +209,17 @@ func (l *lister) stat(dirfd int, rel, name string, st *unix.Stat_t) bool {
 		}
 	}
 	return isDir(st) || isReg(st)
+}
+
+// link describes entry name of dirfd when it is a symlink, without
+// following it: its target and its own stat data.
+func (l *lister) link(dirfd int, name string, st *unix.Stat_t) (string, bool) {
+	if err := unix.Fstatat(dirfd, name, st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		return "", false
+	}
+	target, err := readLink(dirfd, name)
+	if err != nil || target == "" {
+		return "", false
+	}
+	return target, true
 }

@@ -18,7 +18,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	backendtest.RunOptions(t, newTestBackend, backendtest.Options{RequireRenamer: true, RequireAppender: true, RequireDirMaker: true})
+	backendtest.RunOptions(t, newTestBackend, backendtest.Options{RequireRenamer: true, RequireAppender: true, RequireDirMaker: true, RequireLinker: true})
 }
 
 func newTestBackend(t *testing.T) backends.Backend {

@@ -273,7 +273,15 @@ func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.
 			page.Objects = append(page.Objects, backends.ObjectInfo{Key: strings.TrimSuffix(rel, "/"), ModTime: o.LastModified, IsDir: true, Mode: 0o755})
 			continue
 		}
-		page.Objects = append(page.Objects, backends.ObjectInfo{Key: rel, Size: o.Size, ModTime: o.LastModified, Version: strings.Trim(o.ETag, `"`), Mode: 0o644})
+		oi := backends.ObjectInfo{Key: rel, Size: o.Size, ModTime: o.LastModified, Version: strings.Trim(o.ETag, `"`), Mode: 0o644}
+		if opt.Links && o.Type == ossSymlinkType {
+			if err := b.linkInfo(ctx, &oi); errors.Is(err, backends.ErrNotExist) {
+				continue // deleted since the listing
+			} else if err != nil {
+				return backends.ListPage{}, err
+			}
+		}
+		page.Objects = append(page.Objects, oi)
 	}
 	for _, p := range res.CommonPrefixes {
 		page.Prefixes = append(page.Prefixes, strings.TrimSuffix(strings.TrimPrefix(p, b.prefix), "/"))
@@ -297,6 +305,10 @@ func (b *Backend) Delete(ctx context.Context, key string) error {
 		}
 		if !isNotFound(err) {
 			return b.wrapErr("delete", k, err)
+		}
+		// HEAD follows a symlink object: a dangling one reads as missing.
+		if _, lerr := b.readLink(ctx, k); lerr == nil {
+			return b.wrapErr("delete", k, b.deleteObject(ctx, b.object(k)))
 		}
 	}
 	res, err := b.listRaw(ctx, b.object(k)+"/", "", "", 2)

@@ -20,6 +20,7 @@ type listEntry struct {
 	mtime time.Time
 	etag  string
 	multi bool
+	link  bool // a symlink object
 }
 
 // errStopWalk ends a walk early.
@@ -110,7 +111,7 @@ func (w *walker) walkDir(dir, dirKey string) error {
 				continue
 			}
 			m := statMeta(p, fi)
-			if err := w.onKey(listEntry{key: k, size: m.Size, mtime: fi.ModTime(), etag: m.ETag, multi: m.Multipart}); err != nil {
+			if err := w.onKey(listEntry{key: k, size: m.Size, mtime: fi.ModTime(), etag: m.ETag, multi: m.Multipart, link: m.Symlink != ""}); err != nil {
 				return err
 			}
 			continue
@@ -292,6 +293,9 @@ func (s *Server) contents(res listResult, enc, withOwner bool) ([]xmlContents, [
 		typ := "Normal"
 		if e.multi {
 			typ = "Multipart"
+		}
+		if e.link {
+			typ = "Symlink"
 		}
 		c := xmlContents{Key: encodeKey(e.key, enc), LastModified: isoTime(e.mtime), ETag: `"` + e.etag + `"`,
 			Type: typ, Size: e.size, StorageClass: "Standard"}

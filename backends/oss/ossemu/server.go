@@ -391,6 +391,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
+		if q.Has("symlink") && r.Method == http.MethodGet {
+			s.handleGetSymlink(w, r, rc)
+			return
+		}
 		if q.Has("uploadId") || q.Has("acl") || q.Has("tagging") || q.Has("symlink") {
 			s.notImplemented(w, r, rc)
 			return
@@ -400,7 +404,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		switch {
 		case q.Has("uploadId"):
 			s.handleUploadPart(w, r, rc)
-		case q.Has("acl") || q.Has("tagging") || q.Has("symlink"):
+		case q.Has("symlink"):
+			s.handlePutSymlink(w, r, rc)
+		case q.Has("acl") || q.Has("tagging"):
 			s.notImplemented(w, r, rc)
 		case s.copySource(r, rc) != "":
 			s.handleCopy(w, r, rc)

@@ -56,6 +56,9 @@ type meta struct {
 	Multipart bool              `json:"multipart"`       // object type "Multipart" rather than "Normal"
 	CType     string            `json:"ctype,omitempty"` // Content-Type
 	User      map[string]string `json:"user,omitempty"`  // user metadata, keys lower-case without prefix
+
+	// Symlink is a symlink object's target, URL-escaped (symlink.go).
+	Symlink string `json:"symlink,omitempty"`
 }
 
 // objInfo is what a lookup returns.
@@ -171,8 +174,18 @@ func statMeta(path string, fi fs.FileInfo) meta {
 	return meta{Size: fi.Size(), MtimeNs: mt, ETag: strings.ToUpper(hex.EncodeToString(h.Sum(nil))) + "-1"}
 }
 
-// lookup finds one object. A key ending in '/' names a directory marker.
+// lookup finds one object, following a symlink object to its target. A key
+// ending in '/' names a directory marker.
 func (s *Server) lookup(bucket, key string) (objInfo, error) {
+	oi, err := s.lookupRaw(bucket, key)
+	if err == nil && oi.Symlink != "" {
+		return s.followLink(bucket, oi)
+	}
+	return oi, err
+}
+
+// lookupRaw finds one object; a symlink object is returned as itself.
+func (s *Server) lookupRaw(bucket, key string) (objInfo, error) {
 	if err := checkKey(key); err != nil {
 		return objInfo{}, err
 	}

@@ -1,0 +1,104 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// outLink is a symbolic link, kept in the backend as the store's own link
+// (backends.Linker), so it can never be mistaken for a regular file.
+type outLink struct {
+	gofs.Inode
+	t      *outTree
+	target string // set at creation, never changed
+
+	mu   sync.Mutex
+	meta nodeMeta // GUARDED_BY(mu)
+}
+
+var (
+	_ = (gofs.NodeReadlinker)((*outLink)(nil))
+	_ = (gofs.NodeGetattrer)((*outLink)(nil))
+	_ = (gofs.NodeSetattrer)((*outLink)(nil))
+)
+
+func (l *outLink) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	return []byte(l.target), 0
+}
+
+func (l *outLink) Getattr(ctx context.Context, _ gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.meta.fill(out, syscall.S_IFLNK, l.meta.mtime)
+	out.Mode = syscall.S_IFLNK | 0o777 // links have no permissions of their own
+	out.Nlink = l.meta.nlink()
+	out.Size = uint64(len(l.target))
+	return 0
+}
+
+// Setattr takes a new owner (lchown) or times (lutimes).
+func (l *outLink) Setattr(ctx context.Context, _ gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	l.mu.Lock()
+	l.meta.set(in)
+	if mt, ok := in.GetMTime(); ok {
+		l.meta.mtime = mt
+	}
+	l.mu.Unlock()
+	return l.Getattr(ctx, nil, out)
+}
+
+// renameLink moves the link from to to, replacing what is at to (a file
+// or a link, when replace is set): server-side where the store renames,
+// else by making the new link and deleting the old one.
+func (t *outTree) renameLink(ctx context.Context, from, to, target string, replace bool) error {
+	if replace {
+		if err := t.st.Remove(ctx, to); err != nil {
+			return err
+		}
+	}
+	if rn, ok := t.b.(backends.Renamer); ok {
+		return rn.Rename(ctx, from, to)
+	}
+	lk, ok := t.b.(backends.Linker)
+	if !ok {
+		return backends.Wrap("rename", from, backends.ErrUnsupported, errors.New("the store has no links"))
+	}
+	if err := lk.Symlink(ctx, to, target); err != nil {
+		return err
+	}
+	return t.b.Delete(ctx, from)
+}
+
+// moveLinksUnder moves the links below directory node dir from key from to
+// key to, before writeback.Store.RenameDir moves the files. Stores that
+// rename directories server-side move links with them; on the others the
+// Store would copy a link object like a file, which is not a link (OSS
+// copies the target's data, and fails on a dangling link).
+func (t *outTree) moveLinksUnder(ctx context.Context, dir *gofs.Inode, from, to string) error {
+	if _, ok := t.b.(backends.Renamer); ok {
+		return nil
+	}
+	for name, ch := range dir.Children() {
+		switch o := ch.Operations().(type) {
+		case *outLink:
+			if err := t.renameLink(ctx, childKey(from, name), childKey(to, name), o.target, false); err != nil {
+				return err
+			}
+		case *outDir:
+			if errno := o.load(ctx); errno != 0 {
+				return errno
+			}
+			if err := t.moveLinksUnder(ctx, ch, childKey(from, name), childKey(to, name)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
