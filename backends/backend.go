@@ -176,3 +176,28 @@ type DirMaker interface {
 type Linker interface {
 	Symlink(ctx context.Context, key, target string) error
 }
+
+// Unwrapper is implemented by decorators of a Backend (metrics, fault
+// injection), so that the optional interfaces of the backend they wrap stay
+// discoverable through As.
+type Unwrapper interface {
+	Unwrap() Backend
+}
+
+// As finds the optional interface T on b or on a backend b decorates. Use it
+// instead of a type assertion: a decorator that does not forward every
+// optional interface would otherwise hide it.
+func As[T any](b Backend) (T, bool) {
+	for b != nil {
+		if t, ok := b.(T); ok {
+			return t, true
+		}
+		u, ok := b.(Unwrapper)
+		if !ok {
+			break
+		}
+		b = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}

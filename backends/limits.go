@@ -20,7 +20,7 @@ type NameLimiter interface {
 
 // CheckName reports, wrapping ErrNameTooLong, a key b cannot store.
 func CheckName(b Backend, op, key string) error {
-	l, ok := b.(NameLimiter)
+	l, ok := As[NameLimiter](b)
 	if !ok {
 		return nil
 	}

@@ -92,7 +92,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	defer b.Close()
-	if dm, ok := b.(backends.DirMaker); ok {
+	if dm, ok := backends.As[backends.DirMaker](b); ok {
 		if err := dm.MakeDir(ctx, name); err != nil {
 			return nil, status.Errorf(codes.Internal, "volume %s: create %s: %v", name, vu, err)
 		}

@@ -523,7 +523,7 @@ func (d *outDir) Symlink(ctx context.Context, target, name string, out *fuse.Ent
 	if d.GetChild(name) != nil {
 		return nil, syscall.EEXIST
 	}
-	lk, ok := d.t.b.(backends.Linker)
+	lk, ok := backends.As[backends.Linker](d.t.b)
 	if !ok {
 		return nil, syscall.EPERM // symlink(2): the file system does not support links
 	}

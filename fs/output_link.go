@@ -63,10 +63,10 @@ func (t *outTree) renameLink(ctx context.Context, from, to, target string, repla
 			return err
 		}
 	}
-	if rn, ok := t.b.(backends.Renamer); ok {
+	if rn, ok := backends.As[backends.Renamer](t.b); ok {
 		return rn.Rename(ctx, from, to)
 	}
-	lk, ok := t.b.(backends.Linker)
+	lk, ok := backends.As[backends.Linker](t.b)
 	if !ok {
 		return backends.Wrap("rename", from, backends.ErrUnsupported, errors.New("the store has no links"))
 	}
@@ -82,7 +82,7 @@ func (t *outTree) renameLink(ctx context.Context, from, to, target string, repla
 // Store would copy a link object like a file, which is not a link (OSS
 // copies the target's data, and fails on a dangling link).
 func (t *outTree) moveLinksUnder(ctx context.Context, dir *gofs.Inode, from, to string) error {
-	if _, ok := t.b.(backends.Renamer); ok {
+	if _, ok := backends.As[backends.Renamer](t.b); ok {
 		return nil
 	}
 	for name, ch := range dir.Children() {

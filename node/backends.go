@@ -106,10 +106,9 @@ type backendCounter interface {
 	readBytes(n int)
 }
 
-// instrument wraps b so that every call is counted, keeping the optional
-// interfaces b has (writeback checks them by type assertion). For a
-// combination it does not know, b is returned as is: uncounted rather than
-// changed in behaviour.
+// instrument wraps b so that every call is counted. The optional interfaces
+// of the common combinations are counted too; any other is found through
+// backends.As, which unwraps the decorator.
 func instrument(b backends.Backend, m backendCounter) backends.Backend {
 	base := &counted{Backend: b, m: m}
 	_, r := b.(backends.Renamer)
@@ -124,7 +123,7 @@ func instrument(b backends.Backend, m backendCounter) backends.Backend {
 	case c && d && !r && !a: // OSS
 		return &countedCD{base}
 	}
-	return b
+	return base
 }
 
 // counted is a Backend decorator counting requests by operation and
@@ -167,6 +166,9 @@ func (c *counted) Write(ctx context.Context, key string, opt backends.WriteOptio
 	}
 	return cw, nil
 }
+
+// Unwrap implements backends.Unwrapper.
+func (c *counted) Unwrap() backends.Backend { return c.Backend }
 
 func (c *counted) Delete(ctx context.Context, key string) error {
 	err := c.Backend.Delete(ctx, key)

@@ -89,7 +89,7 @@ func (s *Store) abortLeftUploads(recs []uploadRecord) {
 	if len(recs) == 0 {
 		return
 	}
-	a, ok := s.b.(backends.UploadAborter)
+	a, ok := backends.As[backends.UploadAborter](s.b)
 	if !ok {
 		for _, r := range recs {
 			os.Remove(filepath.Join(s.uploadsDir(), keyOf(r.UploadID)+".json"))

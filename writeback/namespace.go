@@ -285,7 +285,7 @@ func (s *Store) RenameDir(ctx context.Context, from, to string) error {
 
 // moveDir moves a directory tree in the backend.
 func (s *Store) moveDir(ctx context.Context, from, to string) error {
-	if r, ok := s.b.(backends.Renamer); ok {
+	if r, ok := backends.As[backends.Renamer](s.b); ok {
 		// POSIX lets a rename replace an empty directory; the store's
 		// rename does not.
 		if err := s.b.Delete(ctx, to); err != nil && !errors.Is(err, backends.ErrNotExist) {
@@ -340,10 +340,10 @@ func (s *Store) moveDir(ctx context.Context, from, to string) error {
 // moveObject renames one object in the backend: server-side rename, else
 // server-side copy and delete, else download, upload and delete.
 func (s *Store) moveObject(ctx context.Context, from, to string) error {
-	if r, ok := s.b.(backends.Renamer); ok {
+	if r, ok := backends.As[backends.Renamer](s.b); ok {
 		return r.Rename(ctx, from, to)
 	}
-	if c, ok := s.b.(backends.Copier); ok {
+	if c, ok := backends.As[backends.Copier](s.b); ok {
 		if _, err := c.Copy(ctx, from, to); err != nil {
 			return err
 		}
@@ -376,7 +376,7 @@ func (s *Store) moveObject(ctx context.Context, from, to string) error {
 // directories (or markers); elsewhere directories exist only in the mount
 // until a file is uploaded under them.
 func (s *Store) MakeDir(ctx context.Context, key string) error {
-	if d, ok := s.b.(backends.DirMaker); ok {
+	if d, ok := backends.As[backends.DirMaker](s.b); ok {
 		return d.MakeDir(ctx, key)
 	}
 	return nil

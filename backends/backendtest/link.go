@@ -101,7 +101,7 @@ func testLinker(t *testing.T, s *suite) {
 	wantKeys(t, "regular files after deleting links", files, []string{"q.mlfsdlink", "x.mlfsdlink"})
 	wantErr(t, "Delete of a deleted link", b.Delete(ctx, "dangling"), backends.ErrNotExist)
 
-	if rn, ok := b.(backends.Renamer); ok {
+	if rn, ok := backends.As[backends.Renamer](b); ok {
 		if err := rn.Rename(ctx, "up", "d/moved"); err != nil {
 			t.Fatalf("Rename of a link: %v", err)
 		}
