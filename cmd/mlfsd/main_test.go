@@ -17,6 +17,10 @@ import (
 // not serve reads to its own process) without a separate build step.
 func TestMain(m *testing.M) {
 	if os.Getenv("MLFSD_TEST_MAIN") == "1" {
+		if err := nonDumpable(); err != nil { // as main does
+			fmt.Fprintln(os.Stderr, "mlfsd:", err)
+			os.Exit(1)
+		}
 		os.Exit(execute(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

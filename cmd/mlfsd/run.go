@@ -17,6 +17,7 @@ import (
 
 func newRunCmd(a *app) *cobra.Command {
 	var o jobFlags
+	var runAsUser string // --run-as
 	c := &cobra.Command{
 		Use:   "run --spec job.yaml [--root R] [-- CMD ARGS...]",
 		Short: "Run a training job with its channels mounted",
@@ -44,6 +45,12 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 			p, err := o.load(len(args) == 0)
 			if err != nil {
 				return err
+			}
+			var runAs *job.Identity
+			if runAsUser != "" {
+				if runAs, err = job.LookupIdentity(runAsUser); err != nil {
+					return err
+				}
 			}
 			ctx := cmd.Context()
 			src, closeSrc, err := a.newSource(ctx)
@@ -75,6 +82,7 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 				// mlfsd uses (backends/oss/config.go) stay with mlfsd.
 				Withhold: []string{"OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET", "OSS_SESSION_TOKEN"},
 				Log:      a.log,
+				RunAs:    runAs,
 			}
 			status, err := r.Run(ctx)
 			switch {
@@ -89,6 +97,7 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 		},
 	}
 	addJobFlags(c.Flags(), &o)
+	c.Flags().StringVar(&runAsUser, "run-as", "", "run the command as this user (name or uid; with its groups and HOME), so it cannot read mlfsd's memory or environment; mlfsd must run as root")
 	return c
 }
 
