@@ -72,7 +72,7 @@ func isMounted(t *testing.T, mnt string) bool {
 // waitMounted waits until mnt is mounted, failing the test after a while.
 func waitMounted(t *testing.T, mnt string, cmd *exec.Cmd, stderr fmt.Stringer) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !isMounted(t, mnt) {
 		if cmd.ProcessState != nil || time.Now().After(deadline) {
 			t.Fatalf("%s was not mounted; mlfsd stderr:\n%s", mnt, stderr)
@@ -127,7 +127,7 @@ func startDaemon(t *testing.T, cmd *exec.Cmd, mnt string) *daemon {
 			syscall.Unmount(mnt, syscall.MNT_DETACH)
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !isMounted(t, mnt) {
 		select {
 		case err := <-d.done:
