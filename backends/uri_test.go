@@ -24,6 +24,14 @@ func TestParseURI(t *testing.T) {
 		{"nas:///mnt/data/", SchemeNAS, "", "", "", "/mnt/data/", true, ""},
 		{"file:///mnt/data/x.bin", SchemeNAS, "", "", "", "/mnt/data/x.bin", false, "x.bin"},
 		{"nas:///mnt/with%20space/", SchemeNAS, "", "", "", "/mnt/with space/", true, ""},
+		{"oss://bkt.127.0.0.1:9000/x/", SchemeOSS, "bkt", "127.0.0.1:9000", "", "/x/", true, ""},
+		{"oss://bkt.[::1]:9000/x/", SchemeOSS, "bkt", "[::1]:9000", "", "/x/", true, ""},
+		{"OSS://bkt/x/", SchemeOSS, "bkt", "", "", "/x/", true, ""},
+		{"hdfs://openpai/x/", SchemeHDFS, "", "", "openpai", "/x/", true, ""},
+		{"hdfs://[::1]:8020/x/", SchemeHDFS, "", "", "[::1]:8020", "/x/", true, ""},
+		{"hdfs://nn.example.com:8020", SchemeHDFS, "", "", "nn.example.com:8020", "/", true, ""},
+		{"nas:///a%25b/c%3Fd%23e/", SchemeNAS, "", "", "", "/a%b/c?d#e/", true, ""},
+		{"file:///x", SchemeNAS, "", "", "", "/x", false, "x"},
 	}
 	for _, c := range cases {
 		u, err := ParseURI(c.in)
@@ -34,6 +42,10 @@ func TestParseURI(t *testing.T) {
 		if u.Scheme != c.scheme || u.Bucket != c.bucket || u.Endpoint != c.endpoint ||
 			strings.Join(u.Hosts, ",") != c.hosts || u.Path != c.path || u.IsDir() != c.dir || u.Base() != c.base {
 			t.Errorf("ParseURI(%q) = %+v (dir %v base %q)", c.in, u, u.IsDir(), u.Base())
+		}
+		// The canonical form parses back to the same URI.
+		if again, err := ParseURI(u.String()); err != nil || again.String() != u.String() || again.Path != u.Path {
+			t.Errorf("ParseURI(%q.String() = %q) = %+v, %v", c.in, u.String(), again, err)
 		}
 	}
 }
