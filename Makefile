@@ -1,4 +1,5 @@
 # Set-up and checks for a fresh Debian machine (run as root: FUSE mounts need it).
+SHELL   := /bin/bash
 GO      ?= go
 BIN     ?= bin/mlfsd
 DEMO    ?= /tmp/mlfsd-demo
@@ -18,11 +19,18 @@ deps:
 build:
 	$(GO) build -o $(BIN) ./cmd/mlfsd
 
-# The test command: every package, with the race detector.
+# Where `make test` keeps go test's JSON events (per-test timings) for a look later.
+TESTJSON ?= /tmp/mlfsd-test.json
+
+# The test command: every package, with the race detector. Output is plain go test's,
+# then the slowest tests and packages (.ci/testreport), then go test's closing lines.
+# The timeout is a hang guard, not a speed limit: on a busy 2-core machine the largest
+# package takes several times its quiet 2-3 minutes.
 test: deps
-	$(GO) vet ./...
+	$(GO) vet ./... ./.ci/testreport
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
-	$(GO) test -race -timeout 15m ./...
+	$(GO) build -o bin/testreport ./.ci/testreport
+	set -o pipefail; $(GO) test -race -timeout 30m -json ./... | tee $(TESTJSON) | bin/testreport
 
 # The quickstart: an example training job on local directories, no cloud account.
 demo: deps build

@@ -1,9 +1,12 @@
 package backends
 
 import (
+	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 )
 
@@ -20,6 +23,9 @@ const (
 //	oss://bucket/prefix/            endpoint from configuration
 //	oss://bucket.endpoint/prefix/   as PAI prints them
 //	hdfs://namenode:port/path/      several namenodes: hdfs://nn1:8020,nn2:8020/path/
+//	hdfs://nameservice/path/        a lone host without a port: an HA
+//	                                nameservice from the Hadoop configuration,
+//	                                else a namenode on port 8020
 //	nas:///abs/path/                alias file:///abs/path/
 type URI struct {
 	// Scheme is one of SchemeOSS, SchemeHDFS, SchemeNAS.
@@ -36,79 +42,224 @@ type URI struct {
 	Path string
 }
 
-// ParseURI parses and validates a channel URI. Errors name the URI and what
-// is wrong with it. Credentials embedded in a URI are refused, so they can
-// never reach a log line or the job environment by way of a URI.
+// ParseURI parses and validates a channel URI. Only the forms above are
+// accepted, literally: "nas:out/" or "file:/etc/" would otherwise name the
+// host's root directory. Errors name the URI and what is wrong with it; text
+// taken from the URI is always quoted, so a newline in it (raw or %0A)
+// cannot forge a log line. Credentials embedded in a URI are refused and
+// never repeated, so they can never reach a log line or the job environment
+// by way of a URI.
 func ParseURI(s string) (URI, error) {
 	if s == "" {
-		return URI{}, fmt.Errorf("empty URI")
+		return URI{}, errors.New("empty URI")
 	}
-	u, err := url.Parse(s)
+	q := redact(s)
+	scheme, rest, ok := strings.Cut(s, ":")
+	if !ok || scheme == "" || strings.ContainsAny(scheme, "/?#") {
+		return URI{}, fmt.Errorf("URI %q has no scheme; want oss://, hdfs://, nas:// or file://", q)
+	}
+	var out URI
+	switch strings.ToLower(scheme) {
+	case "oss":
+		out.Scheme = SchemeOSS
+	case "hdfs":
+		out.Scheme = SchemeHDFS
+	case "nas", "file":
+		out.Scheme = SchemeNAS
+	default:
+		return URI{}, fmt.Errorf("URI %q: unknown scheme %q; want oss, hdfs, nas or file", q, scheme)
+	}
+	scheme = strings.ToLower(scheme)
+	form := forms[scheme]
+	rest, ok = strings.CutPrefix(rest, "//")
+	if !ok {
+		return URI{}, fmt.Errorf("URI %q: want %s", q, form)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return URI{}, fmt.Errorf("URI %q: control character %q not allowed", q, c)
+		}
+	}
+	authority, rawPath := rest, ""
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		authority, rawPath = rest[:i], rest[i:]
+	}
+	if strings.Contains(authority, "@") {
+		return URI{}, fmt.Errorf("URI %q: credentials in a URI are not accepted; use the environment or a credentials file", q)
+	}
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		what := "query"
+		if rest[i] == '#' {
+			what = "fragment"
+		}
+		return URI{}, fmt.Errorf("URI %q: a %s is not supported (escape '?' as %%3F and '#' as %%23)", q, what)
+	}
+	p, err := url.PathUnescape(rawPath)
 	if err != nil {
-		return URI{}, fmt.Errorf("malformed URI %q: %v", s, err)
+		return URI{}, fmt.Errorf("URI %q: bad escape in path: %v", q, err)
 	}
-	if u.User != nil {
-		return URI{}, fmt.Errorf("URI %s://%s%s: credentials in a URI are not accepted; use the environment or a credentials file", u.Scheme, u.Host, u.Path)
+	for _, r := range p {
+		if r < 0x20 || r == 0x7f {
+			return URI{}, fmt.Errorf("URI %q: control character %q not allowed in the path", q, r)
+		}
 	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return URI{}, fmt.Errorf("URI %q: query and fragment are not supported (escape '?' as %%3F and '#' as %%23)", s)
-	}
-	p := u.Path
 	if p == "" {
 		p = "/"
 	}
-	if !strings.HasPrefix(p, "/") {
-		return URI{}, fmt.Errorf("URI %q: path must be absolute", s)
-	}
 	if err := checkClean(p); err != nil {
-		return URI{}, fmt.Errorf("URI %q: %v", s, err)
+		return URI{}, fmt.Errorf("URI %q: %v", q, err)
 	}
-	out := URI{Path: p}
-	switch strings.ToLower(u.Scheme) {
-	case "oss":
-		out.Scheme = SchemeOSS
-		host := u.Host
-		if host == "" {
-			return URI{}, fmt.Errorf("URI %q: missing bucket (want oss://bucket/prefix/)", s)
+	out.Path = p
+
+	switch out.Scheme {
+	case SchemeOSS:
+		if authority == "" || authority[0] == '.' || authority[0] == ':' {
+			return URI{}, fmt.Errorf("URI %q: missing bucket (want %s)", q, form)
 		}
-		if i := strings.IndexByte(host, '.'); i >= 0 {
-			out.Bucket, out.Endpoint = host[:i], host[i+1:]
-			if out.Endpoint == "" {
-				return URI{}, fmt.Errorf("URI %q: empty endpoint after bucket", s)
+		bucket, endpoint, hasEndpoint := strings.Cut(authority, ".")
+		if !validBucket(bucket) {
+			return URI{}, fmt.Errorf("URI %q: invalid bucket name %q (3-63 characters of a-z, 0-9 and '-', not starting or ending with '-')", q, bucket)
+		}
+		if hasEndpoint {
+			if endpoint == "" {
+				return URI{}, fmt.Errorf("URI %q: empty endpoint after bucket", q)
 			}
-		} else {
-			out.Bucket = host
+			if err := checkHostPort(endpoint, false); err != nil {
+				return URI{}, fmt.Errorf("URI %q: invalid endpoint %q: %v", q, endpoint, err)
+			}
 		}
-		if !validBucket(out.Bucket) {
-			return URI{}, fmt.Errorf("URI %q: invalid bucket name %q (3-63 characters of a-z, 0-9 and '-', not starting or ending with '-')", s, out.Bucket)
+		out.Bucket, out.Endpoint = bucket, endpoint
+	case SchemeHDFS:
+		if authority == "" {
+			return URI{}, fmt.Errorf("URI %q: missing namenode (want %s)", q, form)
 		}
-	case "hdfs":
-		out.Scheme = SchemeHDFS
-		if u.Host == "" {
-			return URI{}, fmt.Errorf("URI %q: missing namenode (want hdfs://namenode:port/path/)", s)
-		}
-		for _, h := range strings.Split(u.Host, ",") {
+		hosts := strings.Split(authority, ",")
+		for _, h := range hosts {
 			if h == "" {
-				return URI{}, fmt.Errorf("URI %q: empty namenode address in list", s)
+				return URI{}, fmt.Errorf("URI %q: empty namenode address in list", q)
+			}
+			// A lone host without a port is a nameservice (or a namenode
+			// on the default port); in a list each needs its port.
+			if err := checkHostPort(h, len(hosts) > 1); err != nil {
+				return URI{}, fmt.Errorf("URI %q: invalid namenode address %q: %v", q, h, err)
 			}
 			out.Hosts = append(out.Hosts, h)
 		}
-	case "nas", "file":
-		out.Scheme = SchemeNAS
-		if u.Host != "" && u.Host != "localhost" {
-			return URI{}, fmt.Errorf("URI %q: a %s URI takes no host (want %s:///abs/path/)", s, u.Scheme, u.Scheme)
+	case SchemeNAS:
+		if authority != "" {
+			return URI{}, fmt.Errorf("URI %q: a %s URI takes no host (want %s)", q, scheme, form)
 		}
-	case "":
-		return URI{}, fmt.Errorf("URI %q has no scheme; want oss://, hdfs://, nas:// or file://", s)
-	default:
-		return URI{}, fmt.Errorf("URI %q: unknown scheme %q; want oss, hdfs, nas or file", s, u.Scheme)
+		if rawPath == "" {
+			return URI{}, fmt.Errorf("URI %q: want %s", q, form)
+		}
+		if p == "/" {
+			return URI{}, fmt.Errorf("URI %q names the host's root directory; name the directory to mount (want %s)", q, form)
+		}
 	}
 	return out, nil
+}
+
+// forms are the documented URI forms, by scheme, for error messages.
+var forms = map[string]string{
+	"oss":  "oss://bucket/prefix/ or oss://bucket.endpoint/prefix/",
+	"hdfs": "hdfs://namenode:port/path/",
+	"nas":  "nas:///abs/path/",
+	"file": "file:///abs/path/",
+}
+
+// redact hides the userinfo of s (anything before an '@' in the
+// authority), so an error about a URI never repeats a secret in it.
+func redact(s string) string {
+	_, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return s
+	}
+	authority := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+	}
+	at := strings.LastIndexByte(authority, '@')
+	if at < 0 {
+		return s
+	}
+	head := s[:len(s)-len(rest)]
+	return head + "***" + rest[at:]
+}
+
+// checkHostPort validates host[:port]: a DNS name or IPv4 address, or an
+// IPv6 address in brackets; the port, when present (needPort: required), a
+// number from 1 to 65535.
+func checkHostPort(hp string, needPort bool) error {
+	host, port := hp, ""
+	hasPort := false
+	if strings.HasPrefix(hp, "[") {
+		end := strings.IndexByte(hp, ']')
+		if end < 0 {
+			return errors.New("unclosed '[' in IPv6 address")
+		}
+		host = hp[1:end]
+		if ip, err := netip.ParseAddr(host); err != nil || !ip.Is6() {
+			return fmt.Errorf("invalid IPv6 address %q", host)
+		}
+		switch tail := hp[end+1:]; {
+		case tail == "":
+		case tail[0] == ':':
+			port, hasPort = tail[1:], true
+		default:
+			return fmt.Errorf("unexpected %q after the IPv6 address", tail)
+		}
+	} else {
+		if i := strings.LastIndexByte(hp, ':'); i >= 0 {
+			host, port, hasPort = hp[:i], hp[i+1:], true
+		}
+		if host == "" {
+			return errors.New("empty host")
+		}
+		if !validHostname(host) {
+			return fmt.Errorf("invalid host %q (want a DNS name or an IP address)", host)
+		}
+	}
+	switch {
+	case hasPort && port == "":
+		return errors.New("empty port after ':'")
+	case !hasPort && needPort:
+		return errors.New("missing port (want host:port, e.g. nn1:8020)")
+	case hasPort:
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || port[0] == '+' {
+			return fmt.Errorf("invalid port %q (want 1 to 65535)", port)
+		}
+	}
+	return nil
+}
+
+// validHostname accepts DNS names (letters, digits, '-' in dot-separated
+// labels of 1 to 63 characters, not starting or ending with '-') and IPv4
+// addresses.
+func validHostname(h string) bool {
+	if len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // checkClean refuses "." and ".." segments and empty segments, which would
 // make a URI name something other than what it reads as.
 func checkClean(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return errors.New("path must be absolute")
+	}
 	trimmed := strings.TrimSuffix(strings.TrimPrefix(p, "/"), "/")
 	if trimmed == "" {
 		return nil
@@ -116,7 +267,7 @@ func checkClean(p string) error {
 	for _, seg := range strings.Split(trimmed, "/") {
 		switch seg {
 		case "":
-			return fmt.Errorf("empty path segment (\"//\")")
+			return errors.New(`empty path segment ("//")`)
 		case ".", "..":
 			return fmt.Errorf("path segment %q not allowed", seg)
 		}

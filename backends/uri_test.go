@@ -24,6 +24,14 @@ func TestParseURI(t *testing.T) {
 		{"nas:///mnt/data/", SchemeNAS, "", "", "", "/mnt/data/", true, ""},
 		{"file:///mnt/data/x.bin", SchemeNAS, "", "", "", "/mnt/data/x.bin", false, "x.bin"},
 		{"nas:///mnt/with%20space/", SchemeNAS, "", "", "", "/mnt/with space/", true, ""},
+		{"oss://bkt.127.0.0.1:9000/x/", SchemeOSS, "bkt", "127.0.0.1:9000", "", "/x/", true, ""},
+		{"oss://bkt.[::1]:9000/x/", SchemeOSS, "bkt", "[::1]:9000", "", "/x/", true, ""},
+		{"OSS://bkt/x/", SchemeOSS, "bkt", "", "", "/x/", true, ""},
+		{"hdfs://openpai/x/", SchemeHDFS, "", "", "openpai", "/x/", true, ""},
+		{"hdfs://[::1]:8020/x/", SchemeHDFS, "", "", "[::1]:8020", "/x/", true, ""},
+		{"hdfs://nn.example.com:8020", SchemeHDFS, "", "", "nn.example.com:8020", "/", true, ""},
+		{"nas:///a%25b/c%3Fd%23e/", SchemeNAS, "", "", "", "/a%b/c?d#e/", true, ""},
+		{"file:///x", SchemeNAS, "", "", "", "/x", false, "x"},
 	}
 	for _, c := range cases {
 		u, err := ParseURI(c.in)
@@ -34,6 +42,10 @@ func TestParseURI(t *testing.T) {
 		if u.Scheme != c.scheme || u.Bucket != c.bucket || u.Endpoint != c.endpoint ||
 			strings.Join(u.Hosts, ",") != c.hosts || u.Path != c.path || u.IsDir() != c.dir || u.Base() != c.base {
 			t.Errorf("ParseURI(%q) = %+v (dir %v base %q)", c.in, u, u.IsDir(), u.Base())
+		}
+		// The canonical form parses back to the same URI.
+		if again, err := ParseURI(u.String()); err != nil || again.String() != u.String() || again.Path != u.Path {
+			t.Errorf("ParseURI(%q.String() = %q) = %+v, %v", c.in, u.String(), again, err)
 		}
 	}
 }
@@ -59,6 +71,108 @@ func TestParseURIErrors(t *testing.T) {
 		}
 		if err != nil && (strings.Contains(err.Error(), "SK") || strings.Contains(err.Error(), "AK")) {
 			t.Errorf("ParseURI(%q) leaks the secret: %v", in, err)
+		}
+	}
+}
+
+// TestParseURIRefusesUndocumentedForms: only the documented forms pass. Each
+// bad URI here once parsed, most of them as the host's root directory.
+func TestParseURIRefusesUndocumentedForms(t *testing.T) {
+	cases := []struct{ in, want string }{
+		// Opaque and relative forms: no "//" after the scheme.
+		{"nas:out/", "want nas:///abs/path/"},
+		{"file:etc/", "want file:///abs/path/"},
+		{"nas:/etc/", "want nas:///abs/path/"},
+		{"file:/", "want file:///abs/path/"},
+		{"oss:bucket/x/", "want oss://bucket/prefix/"},
+		{"hdfs:nn:8020/x/", "want hdfs://namenode:port/path/"},
+		{"nas:", "want nas:///abs/path/"},
+		{"nas://", "want nas:///abs/path/"},
+		{"nas:///", "host's root directory"},
+		{"file:///", "host's root directory"},
+		{"nas://localhost/etc/", "takes no host"},
+		{"nas://./etc/", "takes no host"},
+		{"nas:////etc/", "empty path segment"},
+		// Empty hosts and ports.
+		{"hdfs://:8020/", "empty host"},
+		{"hdfs://nn:/x/", "empty port"},
+		{"hdfs://nn:0/x/", "port"},
+		{"hdfs://nn:99999/x/", "port"},
+		{"hdfs://nn:80x/x/", "port"},
+		{"hdfs://nn1:8020,/x/", "empty namenode address"},
+		{"hdfs://nn1:8020,nn2/x/", "missing port"},
+		{"hdfs://nn_1:8020/x/", "invalid host"},
+		{"oss://:9000/x/", "missing bucket"},
+		{"oss://bucket:9000/x/", "invalid bucket"},
+		{"oss://bucket./x/", "empty endpoint"},
+		{"oss://bucket.ep:/x/", "empty port"},
+		{"oss://bucket.e_p/x/", "invalid endpoint"},
+		// Relative paths, dot segments (also escaped), empty segments.
+		{"nas://../etc/", "takes no host"},
+		{"nas:///data/../../etc/", "not allowed"},
+		{"nas:///data/%2E%2E/etc/", "not allowed"},
+		{"nas:///data%2F..%2Fetc/", "not allowed"},
+		{"oss://bucket/a/./b/", "not allowed"},
+		{"hdfs://nn:8020/a/../", "not allowed"},
+		// Query and fragment.
+		{"nas:///data/?x=1", "query"},
+		{"nas:///data/#frag", "fragment"},
+		{"oss://bucket/x/?", "query"},
+		{"oss://bucket/x/#", "fragment"},
+		// Control characters, raw or escaped.
+		{"nas:///data/a%0Ab/", "control character"},
+		{"nas:///data/a%00b/", "control character"},
+		{"oss://bucket/a%7Fb/", "control character"},
+		{"nas:///data/a\nb/", "control character"},
+		{"nas:///data/a\tb/", "control character"},
+		// Userinfo, with or without a secret.
+		{"oss://AKID:SECRETKEY@bucket/x/", "credentials"},
+		{"hdfs://alice:SECRETKEY@nn:8020/x/", "credentials"},
+		{"nas://SECRETKEY@/data/", "credentials"},
+		{"oss://AKID:SECRETKEY@bu cket/x/", "credentials"},
+	}
+	for _, c := range cases {
+		in := c.in
+		u, err := ParseURI(in)
+		if err == nil {
+			t.Errorf("ParseURI(%q) = %+v, want an error mentioning %q", in, u, c.want)
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, c.want) {
+			t.Errorf("ParseURI(%q) error = %q, want it to mention %q", in, msg, c.want)
+		}
+		for _, r := range msg {
+			if r < 0x20 || r == 0x7f {
+				t.Errorf("ParseURI(%q) error %q holds control character %U", in, msg, r)
+			}
+		}
+		if strings.Contains(msg, "SECRETKEY") {
+			t.Errorf("ParseURI(%q) error leaks the secret: %q", in, msg)
+		}
+	}
+}
+
+// TestParseURIEscapesErrors: text from the URI appears quoted in errors, so a
+// newline in it cannot forge a log line.
+func TestParseURIEscapesErrors(t *testing.T) {
+	for _, in := range []string{
+		"s3://x%0Ay/",
+		"nas:///a%0Ab/",
+		"nas://h%0Ax/p/",
+		"oss://B%0AX/p/",
+		"oss://b%0A:x@bucket/p/",
+		"hdfs://nn%0A:8020/p/",
+		"oss://bucket/p/?a=%0A",
+		"nas:///a\nb/",
+	} {
+		_, err := ParseURI(in)
+		if err == nil {
+			t.Errorf("ParseURI(%q) succeeded", in)
+			continue
+		}
+		if strings.ContainsAny(err.Error(), "\n\r") {
+			t.Errorf("ParseURI(%q) error holds a raw line break: %q", in, err.Error())
 		}
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -29,6 +31,10 @@ func resolve(n *yaml.Node) *yaml.Node {
 }
 
 func (ps *parser) parse(data []byte) *Plan {
+	if len(data) > MaxSpecBytes {
+		ps.addf("", "%s", errTooLarge)
+		return nil
+	}
 	var top *yaml.Node
 	if looksLikeJSON(data) {
 		n, err := jsonToNode(data)
@@ -37,6 +43,10 @@ func (ps *parser) parse(data []byte) *Plan {
 			var doc yaml.Node
 			if yerr := yaml.Unmarshal(data, &doc); yerr != nil || len(doc.Content) == 0 {
 				ps.addf("", "not valid JSON: %v", err)
+				return nil
+			}
+			if expandedSize(&doc, maxSpecNodes, map[*yaml.Node]int{}) > maxSpecNodes {
+				ps.addf("", "%s", errAliases)
 				return nil
 			}
 			n = resolve(doc.Content[0])
@@ -50,6 +60,10 @@ func (ps *parser) parse(data []byte) *Plan {
 		}
 		if doc.Kind == 0 || len(doc.Content) == 0 {
 			ps.addf("", "empty spec")
+			return nil
+		}
+		if expandedSize(&doc, maxSpecNodes, map[*yaml.Node]int{}) > maxSpecNodes {
+			ps.addf("", "%s", errAliases)
 			return nil
 		}
 		top = resolve(doc.Content[0])
@@ -296,4 +310,71 @@ func (ps *parser) channels(field string, n *yaml.Node) []namedURI {
 		out = append(out, namedURI{k.Value, v.Value})
 	}
 	return out
+}
+
+// Bounds on a job spec, so a hostile or broken one is refused at once
+// instead of running for minutes and taking gigabytes. A real spec is a
+// few KiB; hyperparameters must fit in the environment (128 KiB each).
+const (
+	// MaxSpecBytes bounds the size of a spec file.
+	MaxSpecBytes = 1 << 20
+	// maxSpecNodes bounds the YAML nodes of a spec with every alias
+	// expanded: a 1 MiB spec of small scalars has fewer than 1<<20, while
+	// nested aliases (a "billion laughs") expand exponentially.
+	maxSpecNodes = 1 << 20
+)
+
+// errAliases is the problem reported for a spec whose aliases expand past
+// maxSpecNodes.
+var errAliases = fmt.Sprintf("YAML aliases expand to more than %d nodes (nested aliases, a \"billion laughs\"?); refusing the spec", maxSpecNodes)
+
+// errTooLarge is the problem reported for a spec over MaxSpecBytes.
+var errTooLarge = fmt.Sprintf("the spec is larger than 1 MiB (%d bytes); a job spec is a few KiB", MaxSpecBytes)
+
+// readSpec reads the spec file at path, refusing one over MaxSpecBytes
+// without reading it whole.
+func readSpec(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxSpecBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxSpecBytes {
+		return nil, fmt.Errorf("%s: %s", path, errTooLarge)
+	}
+	return data, nil
+}
+
+// expandedSize counts the nodes under n with aliases expanded, stopping
+// once the count passes limit. Each node's count is computed once (sizes
+// memoizes them), so the walk is linear in the document, not in its
+// expansion. An alias cycle counts as over the limit.
+func expandedSize(n *yaml.Node, limit int, sizes map[*yaml.Node]int) int {
+	if n == nil {
+		return 0
+	}
+	if s, ok := sizes[n]; ok {
+		if s < 0 { // still being counted: a cycle
+			return limit + 1
+		}
+		return s
+	}
+	sizes[n] = -1
+	total := 1
+	if n.Kind == yaml.AliasNode {
+		total += expandedSize(n.Alias, limit, sizes)
+	}
+	for _, c := range n.Content {
+		if total > limit {
+			break
+		}
+		total += expandedSize(c, limit, sizes)
+	}
+	total = min(total, limit+1)
+	sizes[n] = total
+	return total
 }

@@ -74,6 +74,10 @@ type Runner struct {
 	// second one aborts the drain.
 	Signals <-chan os.Signal
 	Log     *slog.Logger
+	// RunAs, when set, is the user the command runs as (mlfsd must be
+	// root); the working directory is handed to that user. Nil: mlfsd's
+	// own user.
+	RunAs *Identity
 }
 
 // mount is one mounted channel of a run.
@@ -106,6 +110,11 @@ func (r *Runner) Run(ctx context.Context) (status int, err error) {
 		// Once, so resourceconfig.json and SM_* report the same host.
 		h := DetectHost()
 		r.Plan.Host = &h
+	}
+	if r.RunAs != nil {
+		if err := checkRunAs(r.RunAs); err != nil {
+			return 0, err
+		}
 	}
 	vars, warnings := r.Plan.Env()
 	for _, w := range warnings {
@@ -261,6 +270,11 @@ func (r *Runner) start(ctx context.Context, log *slog.Logger) (mounts []mount, e
 		}
 		log.Info("copied code", "uri", p.Code.String(), "to", p.WorkingDir())
 	}
+	if r.RunAs != nil {
+		if err := giveWorkingDir(p.WorkingDir(), r.RunAs); err != nil {
+			return mounts, fmt.Errorf("hand the working directory to %s: %w", r.RunAs.Name, err)
+		}
+	}
 	return mounts, nil
 }
 
@@ -339,6 +353,9 @@ func (r *Runner) runCommand(argv []string, shell bool, vars []Var, log *slog.Log
 		argv = r.expandArgv(argv)
 	}
 	env := r.childEnv(vars, log)
+	if r.RunAs != nil {
+		env = r.RunAs.env(env)
+	}
 	newCmd := func(fg bool) *exec.Cmd {
 		var cmd *exec.Cmd
 		if shell {
@@ -350,6 +367,9 @@ func (r *Runner) runCommand(argv []string, shell bool, vars []Var, log *slog.Log
 		cmd.Env = env
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = r.Stdin, r.Stdout, r.Stderr
 		cmd.SysProcAttr = processGroup(fg)
+		if r.RunAs != nil {
+			cmd.SysProcAttr.Credential = r.RunAs.credential()
+		}
 		return cmd
 	}
 	ttyFD, fg := foregroundTTY(r.Stdin)

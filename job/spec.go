@@ -2,7 +2,6 @@ package job
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -133,7 +132,7 @@ func (e *SpecError) Error() string {
 // Load reads and validates the spec file at path. ${SPEC_DIR} in its URIs
 // stands for the file's absolute directory unless opt.SpecDir is set.
 func Load(path string, opt Options) (*Plan, error) {
-	data, err := os.ReadFile(path)
+	data, err := readSpec(path)
 	if err != nil {
 		return nil, fmt.Errorf("read job spec: %w", err)
 	}

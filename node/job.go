@@ -7,12 +7,15 @@ import (
 )
 
 // JobMounter returns the job.Runner Mounter that mounts a job's channels on
-// n, with the given credentials (zero: the node's own).
-func (n *Node) JobMounter(c Credentials) job.Mounter { return &jobMounter{n: n, c: c} }
+// n, with the given mount options and credentials (zero: the node's own).
+func (n *Node) JobMounter(opts map[string]string, c Credentials) job.Mounter {
+	return &jobMounter{n: n, opts: opts, c: c}
+}
 
 type jobMounter struct {
-	n *Node
-	c Credentials
+	n    *Node
+	opts map[string]string
+	c    Credentials
 }
 
 func (j *jobMounter) MountInput(ctx context.Context, ch job.Channel, mountpoint string) (job.Mounted, error) {
@@ -24,7 +27,7 @@ func (j *jobMounter) MountOutput(ctx context.Context, ch job.Channel, mountpoint
 }
 
 func (j *jobMounter) mount(ctx context.Context, ch job.Channel, mountpoint string, ro bool) (job.Mounted, error) {
-	info, err := j.n.Mount(ctx, MountRequest{URI: ch.URI.String(), Target: mountpoint, ReadOnly: ro, Credentials: j.c})
+	info, err := j.n.Mount(ctx, MountRequest{URI: ch.URI.String(), Target: mountpoint, ReadOnly: ro, Options: j.opts, Credentials: j.c})
 	if err != nil {
 		return nil, err
 	}

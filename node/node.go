@@ -321,7 +321,15 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 			return err
 		}
 		undo = append(undo, func() { st.Close() })
-		srv, err := mfs.MountOutput(ctx, target, mfs.OutputOptions{Store: st, FsyncDurable: o.FsyncDurable, NoPassthrough: !o.Passthrough, Log: n.log}, mopt)
+		oopt := mfs.OutputOptions{Store: st, FsyncDurable: o.FsyncDurable, NoPassthrough: !o.Passthrough, Log: n.log}
+		if o.Owner != "" {
+			owner, err := ParseOwner(o.Owner) // validated by the table
+			if err != nil {
+				return err
+			}
+			oopt.Owner = &owner
+		}
+		srv, err := mfs.MountOutput(ctx, target, oopt, mopt)
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/mlfsd/mlfsd/backends/all"
+	mfs "github.com/mlfsd/mlfsd/fs"
 )
 
 // Settings are every tunable of a node, typed. Start from Defaults(): the
@@ -39,6 +40,10 @@ type OutputSettings struct {
 	FsyncDurable, StagingSync       bool
 	BandwidthLimit, StreamThreshold int64
 	Passthrough                     bool
+	// Owner ("UID:GID", "" for the daemon's own) owns what the store
+	// already holds, as the output mount reports it to the kernel, which
+	// checks permissions against it (mlfsd run --run-as sets the job's).
+	Owner string
 }
 
 // Scope says where an option may be set.
@@ -271,6 +276,9 @@ func Table() []Option {
 		durOpt("oss-retry-max-time", GroupOSS, ScopeMount, 2*time.Minute,
 			"time bound on retrying one OSS request",
 			func(s *Settings) *time.Duration { return &s.Backend.OSS.Retry.MaxElapsed }),
+		durOpt("oss-connect-timeout", GroupOSS, ScopeMount, 10*time.Second,
+			"bound on the first contact with an OSS endpoint (connect and first answer); one that stays silent is named in the error",
+			func(s *Settings) *time.Duration { return &s.Backend.OSS.ConnectTimeout }),
 
 		// HDFS. Authentication is SIMPLE: the user is a name, not a secret.
 		strOpt("hdfs-user", GroupHDFS, ScopeMount, "",
@@ -285,8 +293,23 @@ func Table() []Option {
 		intOpt("hdfs-retries", GroupHDFS, ScopeMount, 5, 1, 1000,
 			"attempts for an HDFS operation that fails transiently",
 			func(s *Settings) *int { return &s.Backend.HDFS.Retries }),
+		durOpt("hdfs-connect-timeout", GroupHDFS, ScopeMount, 10*time.Second,
+			"bound on a NameNode's first answer on a new connection; one that stays silent is named in the error",
+			func(s *Settings) *time.Duration { return &s.Backend.HDFS.ConnectTimeout }),
 
 		// Output channels (write-back).
+		{Name: "output-owner", Group: GroupOutput, Scope: ScopeMount, Kind: "string",
+			Help: `UID:GID that owns what the store already holds on an output mount (the kernel checks permissions against it; default: mlfsd's own)`,
+			set: func(s *Settings, v string) error {
+				if v != "" {
+					if _, err := ParseOwner(v); err != nil {
+						return err
+					}
+				}
+				s.Output.Owner = v
+				return nil
+			},
+			get: func(s *Settings) string { return s.Output.Owner }},
 		strOpt("staging-dir", GroupOutput, ScopeNode, "/var/lib/mlfsd/staging",
 			"local directory where output files are staged and the upload journal is kept; restart on the same dir to finish uploads",
 			func(s *Settings) *string { return &s.Output.StagingDir }),
@@ -438,3 +461,14 @@ func (f *flagValue) Set(v string) error {
 }
 
 func (f *flagValue) Type() string { return f.o.Kind }
+
+// ParseOwner parses "UID:GID" (numbers).
+func ParseOwner(v string) (mfs.Owner, error) {
+	u, g, ok := strings.Cut(v, ":")
+	uid, err1 := strconv.ParseUint(u, 10, 32)
+	gid, err2 := strconv.ParseUint(g, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return mfs.Owner{}, fmt.Errorf("want UID:GID, two numbers")
+	}
+	return mfs.Owner{UID: uint32(uid), GID: uint32(gid)}, nil
+}

@@ -222,7 +222,7 @@ func writeFile(t *testing.T, s *Store, key string, data []byte) {
 
 func drain(t *testing.T, s *Store) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := s.Drain(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func stagingFiles(t *testing.T, s *Store) (blobs, records int) {
 
 func waitStarted(t *testing.T, f *faulty, key string) {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(2 * time.Minute)
 	for {
 		select {
 		case k := <-f.started:
@@ -275,7 +275,7 @@ func waitStarted(t *testing.T, f *faulty, key string) {
 // a close adopts it).
 func waitStreaming(t *testing.T, s *Store, h *Handle) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); s.streamedBytes(h.e) == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); s.streamedBytes(h.e) == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the stream sent nothing")
 		}

@@ -60,7 +60,7 @@ func TestPassthroughStreamVerified(t *testing.T) {
 		kf.WriteAt(data[off:off+1<<20], int64(off))
 	}
 	waitStarted(t, f, "rw.pt")
-	for deadline := time.Now().Add(10 * time.Second); s.streamedBytes(h.e) < 2<<20; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); s.streamedBytes(h.e) < 2<<20; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the stream did not send the first 2 MiB")
 		}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -175,14 +176,21 @@ func explain(err error) error {
 // silent peer fails the call instead of hanging it. Reads go through a
 // buffer: the library reads packet headers a few bytes at a time, which
 // otherwise costs a system call each.
+//
+// first, when set, bounds the wait for the connection's first byte
+// instead: a NameNode that accepts connections but never answers is
+// reported after the connect timeout, not after the I/O timeout times the
+// retries.
 type timeoutConn struct {
 	net.Conn
-	timeout time.Duration
-	r       *bufio.Reader
+	timeout  time.Duration
+	first    time.Duration
+	answered atomic.Bool // a read returned data; first no longer applies
+	r        *bufio.Reader
 }
 
-func newTimeoutConn(c net.Conn, timeout time.Duration) *timeoutConn {
-	tc := &timeoutConn{Conn: c, timeout: timeout}
+func newTimeoutConn(c net.Conn, timeout, first time.Duration) *timeoutConn {
+	tc := &timeoutConn{Conn: c, timeout: timeout, first: first}
 	tc.r = bufio.NewReaderSize(deadlineReader{tc}, 128<<10)
 	return tc
 }
@@ -193,9 +201,36 @@ func (c *timeoutConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 type deadlineReader struct{ c *timeoutConn }
 
 func (d deadlineReader) Read(p []byte) (int, error) {
-	d.c.Conn.SetReadDeadline(time.Now().Add(d.c.timeout))
-	return d.c.Conn.Read(p)
+	timeout, first := d.c.timeout, d.c.first > 0 && !d.c.answered.Load()
+	if first {
+		timeout = d.c.first
+	}
+	d.c.Conn.SetReadDeadline(time.Now().Add(timeout))
+	n, err := d.c.Conn.Read(p)
+	if n > 0 {
+		d.c.answered.Store(true)
+	}
+	var ne net.Error
+	if first && n == 0 && errors.As(err, &ne) && ne.Timeout() {
+		return 0, &silentError{addr: d.c.RemoteAddr().String(), after: timeout, err: err}
+	}
+	return n, err
 }
+
+// silentError reports a peer that accepted the connection and sent
+// nothing within the connect timeout. The library may keep only its
+// text, which therefore names the address.
+type silentError struct {
+	addr  string
+	after time.Duration
+	err   error
+}
+
+func (e *silentError) Error() string {
+	return fmt.Sprintf("%s accepted the connection but did not answer within %v (connect timeout)", e.addr, e.after)
+}
+
+func (e *silentError) Unwrap() error { return e.err }
 
 func (c *timeoutConn) Write(p []byte) (int, error) {
 	c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))

@@ -45,6 +45,9 @@ import (
 // DefaultPort is the NameNode RPC port used when an address has none.
 const DefaultPort = "8020"
 
+// DefaultConnectTimeout is Options.ConnectTimeout's default.
+const DefaultConnectTimeout = 10 * time.Second
+
 // stagingDir is the hidden directory under the root that holds writes in
 // progress.
 const stagingDir = ".mlfsd-staging"
@@ -71,8 +74,14 @@ type Options struct {
 	// IOTimeout bounds each network read or write (default 60s), so a
 	// silent NameNode or DataNode cannot hang a call forever.
 	IOTimeout time.Duration
-	// DialTimeout bounds connecting to a NameNode or DataNode (default 10s).
+	// DialTimeout bounds connecting to a NameNode or DataNode (default
+	// ConnectTimeout).
 	DialTimeout time.Duration
+	// ConnectTimeout bounds the wait for a NameNode's first answer on a
+	// new connection (default DefaultConnectTimeout); New reports a
+	// NameNode that accepts connections but never answers by name after
+	// this long, instead of hanging for IOTimeout times the retries.
+	ConnectTimeout time.Duration
 	// Connections is the number of NameNode connections shared by
 	// metadata calls and reads (default 4). The client library serves one
 	// call at a time per connection, so parallel readers need several.
@@ -93,8 +102,11 @@ func (o *Options) defaults() {
 	if o.IOTimeout <= 0 {
 		o.IOTimeout = 60 * time.Second
 	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
 	if o.DialTimeout <= 0 {
-		o.DialTimeout = 10 * time.Second
+		o.DialTimeout = o.ConnectTimeout
 	}
 	if o.Connections <= 0 {
 		o.Connections = 4
@@ -166,11 +178,21 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 		clients: make([]*hdfs.Client, opt.Connections),
 	}
 	// Connect one client now, so an unreachable NameNode shows here; the
-	// others connect on first use.
+	// others connect on first use. A NameNode that accepts the connection
+	// but stays silent for ConnectTimeout is not retried: it is reported
+	// at once, by address (the library fails over between NameNodes only
+	// when a connection cannot be made, not when one stays silent).
+	var silent *silentError
 	err = b.retry(ctx, "connect", "", func() error {
 		_, err := b.shared()
+		if errors.As(err, &silent) {
+			return errors.New(silent.Error()) // permanent: not retried
+		}
 		return err
 	})
+	if err != nil && silent != nil {
+		return nil, fmt.Errorf("HDFS namenode %s: %w", silent.Error(), backends.ErrTransient)
+	}
 	var ue *unreachableError
 	if errors.As(err, &ue) {
 		cause := strings.TrimPrefix(ue.err.Error(), "no available namenodes: ")
@@ -247,20 +269,24 @@ func withPort(a string) string {
 }
 
 func (b *backend) newClient() (*hdfs.Client, error) {
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		d := net.Dialer{Timeout: b.opt.DialTimeout}
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
+	dial := func(first time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: b.opt.DialTimeout}
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return newTimeoutConn(c, b.opt.IOTimeout, first), nil
 		}
-		return newTimeoutConn(c, b.opt.IOTimeout), nil
 	}
 	c, err := hdfs.NewClient(hdfs.ClientOptions{
 		Addresses:           b.addrs,
 		User:                b.user,
 		UseDatanodeHostname: b.opt.UseDatanodeHostname,
-		NamenodeDialFunc:    dial,
-		DatanodeDialFunc:    dial,
+		// A NameNode answers a new connection's first call at once; a
+		// DataNode may first have to read from disk.
+		NamenodeDialFunc: dial(b.opt.ConnectTimeout),
+		DatanodeDialFunc: dial(0),
 	})
 	if err != nil {
 		return nil, &unreachableError{addrs: b.addrs, err: err}

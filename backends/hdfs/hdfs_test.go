@@ -48,12 +48,13 @@ func open(t *testing.T, s *hdfsemu.Server, dir string, opt hdfs.Options) backend
 }
 
 // TestConformance runs the backend conformance suite against hdfsemu, with
-// a 1 MiB block size so the large write spans 65 blocks.
+// a 1 MiB block size so the large write spans 21 blocks.
 func TestConformance(t *testing.T) {
 	backendtest.RunOptions(t, func(t *testing.T) backends.Backend {
 		s := emulator(t, hdfsemu.Options{})
 		return open(t, s, "/data/", hdfs.Options{})
-	}, backendtest.Options{RequireRenamer: true, RequireAppender: true, RequireDirMaker: true})
+	}, backendtest.Options{RequireRenamer: true, RequireAppender: true, RequireDirMaker: true,
+		ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
 }
 
 // TestStagingHidden: a write in progress lives in a staging directory that
@@ -92,3 +93,13 @@ func TestStagingHidden(t *testing.T) {
 		t.Errorf("Write into a staging directory: %v", err)
 	}
 }
+
+// The suite's listing and streaming tests are sized to prove paging and
+// multipart boundaries, not volume: 2,500 keys are 3 pages of the stores'
+// 1,000-key page (and 4 of 777), 20 MiB+3 are 3 OSS parts (20 HDFS blocks)
+// with an odd tail. The defaults (10,000 keys, 64 MiB) took 5 to 8 minutes
+// each on a loaded 2-core machine.
+const (
+	conformanceKeys  = 2500
+	conformanceLarge = 20<<20 + 3
+)

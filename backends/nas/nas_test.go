@@ -18,7 +18,8 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	backendtest.RunOptions(t, newTestBackend, backendtest.Options{RequireRenamer: true, RequireAppender: true, RequireDirMaker: true, RequireLinker: true})
+	backendtest.RunOptions(t, newTestBackend, backendtest.Options{RequireRenamer: true, RequireAppender: true, RequireDirMaker: true, RequireLinker: true,
+		ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
 }
 
 func newTestBackend(t *testing.T) backends.Backend {
@@ -568,3 +569,13 @@ func TestErrorMapping(t *testing.T) {
 		t.Errorf("EIO maps to %v, want the bare cause (EIO at the FUSE edge)", err)
 	}
 }
+
+// The suite's listing and streaming tests are sized to prove paging and
+// multipart boundaries, not volume: 2,500 keys are 3 pages of the stores'
+// 1,000-key page (and 4 of 777), 20 MiB+3 are 3 OSS parts (20 HDFS blocks)
+// with an odd tail. The defaults (10,000 keys, 64 MiB) took 5 to 8 minutes
+// each on a loaded 2-core machine.
+const (
+	conformanceKeys  = 2500
+	conformanceLarge = 20<<20 + 3
+)

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -53,7 +54,16 @@ type Options struct {
 	Concurrency int
 	// Retry bounds retries of every call.
 	Retry RetryOptions
+	// ConnectTimeout bounds the first contact, in New: connecting and
+	// getting a first answer from the endpoint, retries included (default
+	// DefaultConnectTimeout). An endpoint that accepts connections and
+	// never answers is reported by name instead of holding New for the
+	// per-request timeout (120 s) times the retries.
+	ConnectTimeout time.Duration
 }
+
+// DefaultConnectTimeout is Options.ConnectTimeout's default.
+const DefaultConnectTimeout = 10 * time.Second
 
 const (
 	defaultThreshold   = 16 << 20
@@ -75,7 +85,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Concurrency == 0 {
 		o.Concurrency = defaultConcurrency
 	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
 	switch {
+	case o.ConnectTimeout < 0:
+		return o, fmt.Errorf("OSS connect timeout %v: want a positive duration", o.ConnectTimeout)
 	case o.PartSize < minPartSize || o.PartSize > maxPartSize:
 		return o, fmt.Errorf("OSS part size %d: want 100 KiB to 5 GiB", o.PartSize)
 	case o.MultipartThreshold < 0 || o.MultipartThreshold > maxPartSize:
@@ -130,7 +145,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	copts := []alioss.ClientOption{
 		alioss.EnableCRC(true),
 		alioss.ForcePathStyle(pathStyle),
-		alioss.Timeout(10, 120),
+		alioss.Timeout(int64(math.Ceil(opt.ConnectTimeout.Seconds())), 120),
 		alioss.MaxConns(256, 256, 0),
 	}
 	if cred.token != "" {
@@ -152,10 +167,16 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 		endpointHost: host, opt: opt, retryOpt: opt.Retry, log: log,
 	}
 	// Probe: one listing of the prefix proves bucket, endpoint and key.
-	err = b.retry(ctx, func() error {
-		_, err := b.bucket.ListObjectsV2(alioss.Prefix(prefix), alioss.MaxKeys(1), alioss.WithContext(ctx))
+	// It is the first contact, bounded by ConnectTimeout.
+	probeCtx, cancel := context.WithTimeout(ctx, opt.ConnectTimeout)
+	defer cancel()
+	err = b.retry(probeCtx, func() error {
+		_, err := b.bucket.ListObjectsV2(alioss.Prefix(prefix), alioss.MaxKeys(1), alioss.WithContext(probeCtx))
 		return err
 	})
+	if err != nil && ctx.Err() == nil && probeCtx.Err() != nil {
+		return nil, backends.Wrap("open", "", backends.ErrTransient, fmt.Errorf("OSS endpoint %s did not answer within %v (connect timeout; is it the right endpoint, and reachable?): %w", epURL, opt.ConnectTimeout, err))
+	}
 	if err != nil {
 		return nil, b.wrapErr("open", "", err)
 	}

@@ -72,7 +72,7 @@ func TestConformance(t *testing.T) {
 	backendtest.RunOptions(t, func(t *testing.T) backends.Backend {
 		e := startEmu(t, ossemu.Options{})
 		return openURI(t, "oss://"+testBucket+"/data/", Options{Endpoint: e.endpoint, Retry: fastRetry})
-	}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, RequireLinker: true})
+	}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, RequireLinker: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
 }
 
 func newDebugLogger(w io.Writer) *slog.Logger {
@@ -277,3 +277,13 @@ func TestWriteReaderAt(t *testing.T) {
 		}
 	}
 }
+
+// The suite's listing and streaming tests are sized to prove paging and
+// multipart boundaries, not volume: 2,500 keys are 3 pages of the stores'
+// 1,000-key page (and 4 of 777), 20 MiB+3 are 3 OSS parts (20 HDFS blocks)
+// with an odd tail. The defaults (10,000 keys, 64 MiB) took 5 to 8 minutes
+// each on a loaded 2-core machine.
+const (
+	conformanceKeys  = 2500
+	conformanceLarge = 20<<20 + 3
+)

@@ -40,7 +40,7 @@ func startHDFSEmulator(t *testing.T, root string, extra ...string) string {
 			if err != nil {
 				t.Errorf("mlfsd emulate hdfs exited with %v after SIGTERM; stderr:\n%s", err, &stderr)
 			}
-		case <-time.After(20 * time.Second):
+		case <-time.After(2 * time.Minute):
 			cmd.Process.Kill()
 			t.Errorf("mlfsd emulate hdfs did not exit after SIGTERM")
 		}
@@ -61,7 +61,7 @@ func startHDFSEmulator(t *testing.T, root string, extra ...string) string {
 			t.Fatalf("emulator printed %q; stderr:\n%s", u, &stderr)
 		}
 		return u
-	case <-time.After(20 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatalf("emulator printed no URI; stderr:\n%s", &stderr)
 	}
 	return ""

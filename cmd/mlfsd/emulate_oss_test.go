@@ -92,7 +92,7 @@ func TestEmulateOSSCommand(t *testing.T) {
 		if err != nil {
 			t.Errorf("emulator exited with %v after SIGINT", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatal("emulator did not stop on SIGINT")
 	}
 	if out := <-rest; !strings.Contains(out, "stopped") {

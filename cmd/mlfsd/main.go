@@ -16,12 +16,29 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/mlfsd/mlfsd/node"
 )
 
 func main() {
+	if err := nonDumpable(); err != nil {
+		fmt.Fprintln(os.Stderr, "mlfsd:", err)
+		os.Exit(1)
+	}
 	os.Exit(execute(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// nonDumpable keeps other processes of mlfsd's user, such as the job it
+// runs, from reading its memory and /proc/<pid>/environ, which hold the
+// storage credentials: /proc/<pid>/* becomes root's, ptrace is refused,
+// and no core dump is written. Children start dumpable again at exec.
+// mlfsd itself still reads its own /proc/self.
+func nonDumpable() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", err)
+	}
+	return nil
 }
 
 // app carries what every subcommand shares; there are no package globals.

@@ -17,6 +17,10 @@ import (
 // not serve reads to its own process) without a separate build step.
 func TestMain(m *testing.M) {
 	if os.Getenv("MLFSD_TEST_MAIN") == "1" {
+		if err := nonDumpable(); err != nil { // as main does
+			fmt.Fprintln(os.Stderr, "mlfsd:", err)
+			os.Exit(1)
+		}
 		os.Exit(execute(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	if mnt := os.Getenv("MLFSD_TEST_FOREIGN_FUSE"); mnt != "" {
@@ -71,7 +75,7 @@ func isMounted(t testing.TB, mnt string) bool {
 // waitMounted waits until mnt is mounted, failing the test after a while.
 func waitMounted(t *testing.T, mnt string, cmd *exec.Cmd, stderr fmt.Stringer) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !isMounted(t, mnt) {
 		if cmd.ProcessState != nil || time.Now().After(deadline) {
 			t.Fatalf("%s was not mounted; mlfsd stderr:\n%s", mnt, stderr)
@@ -126,7 +130,7 @@ func startDaemon(t *testing.T, cmd *exec.Cmd, mnt string) *daemon {
 			syscall.Unmount(mnt, syscall.MNT_DETACH)
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for !isMounted(t, mnt) {
 		select {
 		case err := <-d.done:

@@ -91,7 +91,7 @@ func ossStore(t *testing.T) store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { emu.Process.Kill(); emu.Wait() })
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
 			break

@@ -20,6 +20,7 @@ import (
 func newRunCmd(a *app) *cobra.Command {
 	var o jobFlags
 	var socket, metricsListen string
+	var runAsUser string // --run-as
 	c := &cobra.Command{
 		Use:   "run --spec job.yaml [--root R] [-- CMD ARGS...]",
 		Short: "Run a training job with its channels mounted",
@@ -48,7 +49,20 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 			if err != nil {
 				return err
 			}
+			var runAs *job.Identity
+			if runAsUser != "" {
+				if runAs, err = job.LookupIdentity(runAsUser); err != nil {
+					return err
+				}
+			}
 			ctx := cmd.Context()
+			// Output mounts check permissions (default_permissions): what
+			// the store holds must belong to the user the job runs as, or
+			// it could not write its own output directories.
+			var jobOpts map[string]string
+			if runAs != nil {
+				jobOpts = map[string]string{"output-owner": fmt.Sprintf("%d:%d", runAs.UID, runAs.GID)}
+			}
 			var mounter job.Mounter
 			if socket != "" {
 				// The daemon mounts the channels on the node's shared cache.
@@ -58,6 +72,12 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 				opts, err := node.MountFlags(cmd.Flags())
 				if err != nil {
 					return err
+				}
+				for k, v := range jobOpts {
+					if opts == nil {
+						opts = map[string]string{}
+					}
+					opts[k] = v
 				}
 				mounter = api.NewClient(socket).JobMounter(opts, daemonCredentials())
 			} else {
@@ -70,7 +90,7 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 						a.log.Warn("closing", "err", err)
 					}
 				}()
-				mounter = n.JobMounter(node.Credentials{})
+				mounter = n.JobMounter(jobOpts, node.Credentials{})
 				if metricsListen != "" {
 					ms, err := serveMetrics(a, n, metricsListen)
 					if err != nil {
@@ -99,6 +119,7 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 				// mlfsd uses (backends/oss/config.go) stay with mlfsd.
 				Withhold: []string{"OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET", "OSS_SESSION_TOKEN"},
 				Log:      a.log,
+				RunAs:    runAs,
 			}
 			status, err := r.Run(ctx)
 			switch {
@@ -116,5 +137,6 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address while the job runs")
 	c.Flags().StringVar(&socket, "daemon", "", "have the mlfsd daemon on this API socket mount the job's channels (on the node's shared cache)")
 	node.AddFlags(c.Flags(), &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
+	c.Flags().StringVar(&runAsUser, "run-as", "", "run the command as this user (name or uid; with its groups and HOME), so it cannot read mlfsd's memory or environment; mlfsd must run as root")
 	return c
 }

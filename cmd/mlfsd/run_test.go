@@ -254,7 +254,7 @@ output_path: nas://%s/
 		t.Fatal(err)
 	}
 	ready := filepath.Join(root, "output", "logs", "ready")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		if _, err := os.Stat(ready); err == nil {
 			break
 		}
@@ -269,7 +269,7 @@ output_path: nas://%s/
 	go func() { done <- cmd.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(2 * time.Minute):
 		cmd.Process.Kill()
 		t.Fatalf("mlfsd run did not exit after SIGTERM; stderr:\n%s", &stderr)
 	}
@@ -423,7 +423,7 @@ func TestRunOnTerminal(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	waitFor := func(s string) {
-		for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), s); time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(out.String(), s); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				cmd.Process.Kill()
 				t.Fatalf("no %q in the terminal:\n%s", s, out.String())
@@ -436,7 +436,7 @@ func TestRunOnTerminal(t *testing.T) {
 	stdin.Write([]byte{3}) // Ctrl-C
 	select {
 	case <-done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(2 * time.Minute):
 		cmd.Process.Kill()
 		t.Fatalf("mlfsd run did not end after Ctrl-C:\n%s", out.String())
 	}
@@ -484,7 +484,7 @@ func TestRunStaleMount(t *testing.T) {
 	}
 	// Kill only once mounting is complete: go-fuse opens a file on the new
 	// mount while mounting, and a daemon killed then waits for itself forever.
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(stderr.String(), "msg=mounted"); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(stderr.String(), "msg=mounted"); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			t.Fatalf("mlfsd mount did not mount; stderr:\n%s", stderr.String())
@@ -495,7 +495,7 @@ func TestRunStaleMount(t *testing.T) {
 	go func() { waited <- cmd.Wait() }()
 	select {
 	case <-waited:
-	case <-time.After(20 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatalf("the killed mlfsd mount did not exit")
 	}
 

@@ -55,7 +55,7 @@ func dialRPC(t *testing.T, addr, user string) *rpcConn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	c.SetDeadline(time.Now().Add(2 * time.Minute))
 	hdr := &common.RpcRequestHeaderProto{CallId: proto.Int32(-3), ClientId: []byte("0123456789abcdef")}
 	ctx := &common.IpcConnectionContextProto{UserInfo: &common.UserInformationProto{EffectiveUser: proto.String(user)}, Protocol: proto.String("org.apache.hadoop.hdfs.protocol.ClientProtocol")}
 	body := delimited(t, hdr, ctx)
@@ -154,7 +154,7 @@ func readBlockConn(t *testing.T, s *hdfsemu.Server, b *pb.LocatedBlockProto, off
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	c.SetDeadline(time.Now().Add(2 * time.Minute))
 	op := &pb.OpReadBlockProto{
 		Header: &pb.ClientOperationHeaderProto{BaseHeader: &pb.BaseHeaderProto{Block: b.GetB()}, ClientName: proto.String("wire-test")},
 		Offset: proto.Uint64(off), Len: proto.Uint64(n),
@@ -280,7 +280,7 @@ func TestWireWriteBlockChecksum(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(20 * time.Second))
+	c.SetDeadline(time.Now().Add(2 * time.Minute))
 	op := &pb.OpWriteBlockProto{
 		Header:       &pb.ClientOperationHeaderProto{BaseHeader: &pb.BaseHeaderProto{Block: ab.GetBlock().GetB()}, ClientName: proto.String("wire")},
 		Stage:        pb.OpWriteBlockProto_PIPELINE_SETUP_CREATE.Enum(),

@@ -1,0 +1,95 @@
+package oss
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// silentListener accepts TCP connections and never answers: the endpoint
+// that once held `mlfsd mount` silent for 120 s. It returns host:port.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return l.Addr().String()
+}
+
+// TestFirstContactSilentEndpoint: New gives up after ConnectTimeout and
+// names the endpoint that did not answer.
+func TestFirstContactSilentEndpoint(t *testing.T) {
+	setCreds(t)
+	addr := silentListener(t)
+	u, err := backends.ParseURI("oss://bucket." + addr + "/x/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The guard only keeps a regression from hanging the suite; the
+	// connect timeout under test is far shorter.
+	guard, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	_, err = New(guard, u, Options{ConnectTimeout: time.Second}, nil)
+	if err == nil {
+		t.Fatal("New succeeded against an endpoint that never answers")
+	}
+	if guard.Err() != nil {
+		t.Fatalf("New returned only when the test's guard expired: %v", err)
+	}
+	for _, want := range []string{addr, "did not answer within 1s", "connect timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if !errors.Is(err, backends.ErrTransient) {
+		t.Errorf("error %v is not ErrTransient", err)
+	}
+}
+
+func TestConnectTimeoutDefault(t *testing.T) {
+	o, err := Options{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.ConnectTimeout != DefaultConnectTimeout || DefaultConnectTimeout != 10*time.Second {
+		t.Errorf("ConnectTimeout default = %v", o.ConnectTimeout)
+	}
+	if _, err := (Options{ConnectTimeout: -time.Second}).withDefaults(); err == nil {
+		t.Error("a negative ConnectTimeout was accepted")
+	}
+}
