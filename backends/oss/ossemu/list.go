@@ -109,7 +109,7 @@ func (w *walker) walkDir(dir, dirKey string) error {
 			if err != nil || !fi.Mode().IsRegular() {
 				continue
 			}
-			m := statMeta(p, fi)
+			m := w.s.statMeta(p, fi)
 			if err := w.onKey(listEntry{key: k, size: m.Size, mtime: fi.ModTime(), etag: m.ETag, multi: m.Multipart}); err != nil {
 				return err
 			}

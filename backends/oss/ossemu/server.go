@@ -66,14 +66,16 @@ const StatsPath = "/_mlfsd/stats"
 // Server is the emulator. It implements http.Handler; use Serve to serve a
 // listener with per-connection bandwidth limits and fault injection.
 type Server struct {
-	root      string
-	opt       Options
-	log       *slog.Logger
-	crcFlight singleflight.Group
-	reqSeq    atomic.Uint64
+	root       string
+	opt        Options
+	log        *slog.Logger
+	crcFlight  singleflight.Group
+	hashFlight singleflight.Group // hashing of seeded files, by path, size and mtime
+	reqSeq     atomic.Uint64
 
 	mu      sync.Mutex // guards the fields below
 	stats   map[string]int64
+	hashed  map[string]meta // records of seeded files whose xattr cannot be written
 	rng     *mrand.Rand
 	errRate float64
 	kinds   []FaultKind
@@ -124,6 +126,7 @@ func New(root string, opt Options) (*Server, error) {
 	return &Server{
 		root: abs, opt: opt, log: log,
 		stats:   map[string]int64{},
+		hashed:  map[string]meta{},
 		rng:     mrand.New(mrand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
 		errRate: opt.ErrorRate,
 		kinds:   kinds,
@@ -391,6 +394,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
+		if q.Has("uploadId") && r.Method == http.MethodGet {
+			s.handleListParts(w, r, rc)
+			return
+		}
 		if q.Has("uploadId") || q.Has("acl") || q.Has("tagging") || q.Has("symlink") {
 			s.notImplemented(w, r, rc)
 			return
