@@ -23,9 +23,10 @@ import (
 	"github.com/mlfsd/mlfsd/fs/fstest"
 )
 
-// ossEnv is the environment of an mlfsd talking to an emulator: any keys.
+// ossEnv is the environment of an mlfsd talking to an emulator (or being
+// one): the key pair ossemutest's emulators accept.
 func ossEnv(cmd *exec.Cmd) {
-	cmd.Env = append(cmd.Env, "OSS_ACCESS_KEY_ID=test-id", "OSS_ACCESS_KEY_SECRET=test-secret", "OSS_ENDPOINT=")
+	cmd.Env = append(cmd.Env, "OSS_ACCESS_KEY_ID="+ossemutest.AccessKeyID, "OSS_ACCESS_KEY_SECRET="+ossemutest.AccessKeySecret, "OSS_ENDPOINT=")
 }
 
 // TestEmulateOSSCommand: `mlfsd emulate oss` logs its address, serves the

@@ -20,6 +20,7 @@ type listEntry struct {
 	mtime time.Time
 	etag  string
 	multi bool
+	app   bool // appendable
 }
 
 // errStopWalk ends a walk early.
@@ -110,7 +111,7 @@ func (w *walker) walkDir(dir, dirKey string) error {
 				continue
 			}
 			m := w.s.statMeta(p, fi)
-			if err := w.onKey(listEntry{key: k, size: m.Size, mtime: fi.ModTime(), etag: m.ETag, multi: m.Multipart}); err != nil {
+			if err := w.onKey(listEntry{key: k, size: m.Size, mtime: fi.ModTime(), etag: m.ETag, multi: m.Multipart, app: m.Appendable}); err != nil {
 				return err
 			}
 			continue
@@ -290,7 +291,9 @@ func (s *Server) contents(res listResult, enc, withOwner bool) ([]xmlContents, [
 	cs := make([]xmlContents, 0, len(res.objects))
 	for _, e := range res.objects {
 		typ := "Normal"
-		if e.multi {
+		if e.app {
+			typ = "Appendable"
+		} else if e.multi {
 			typ = "Multipart"
 		}
 		c := xmlContents{Key: encodeKey(e.key, enc), LastModified: isoTime(e.mtime), ETag: `"` + e.etag + `"`,

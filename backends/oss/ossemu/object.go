@@ -50,7 +50,9 @@ func (s *Server) setObjectHeaders(w http.ResponseWriter, rc *reqCtx, oi objInfo)
 	h.Set("Content-Type", ct)
 	h.Set("Accept-Ranges", "bytes")
 	typ := "Normal"
-	if oi.Multipart {
+	if oi.Appendable {
+		typ = "Appendable"
+	} else if oi.Multipart {
 		typ = "Multipart"
 	}
 	h.Set("x-oss-object-type", typ)

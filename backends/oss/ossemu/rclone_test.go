@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 )
 
 // rclone runs the real rclone (Debian package rclone) against the
@@ -29,7 +30,7 @@ func rclone(t *testing.T, e *emu, args ...string) (string, error) {
 	cmd.Env = append(cmd.Env,
 		"RCLONE_CONFIG_EMU_TYPE=s3", "RCLONE_CONFIG_EMU_PROVIDER=Other",
 		"RCLONE_CONFIG_EMU_ENDPOINT=http://"+e.addr, "RCLONE_CONFIG_EMU_FORCE_PATH_STYLE=true",
-		"RCLONE_CONFIG_EMU_ACCESS_KEY_ID=any", "RCLONE_CONFIG_EMU_SECRET_ACCESS_KEY=any")
+		"RCLONE_CONFIG_EMU_ACCESS_KEY_ID="+ossemutest.AccessKeyID, "RCLONE_CONFIG_EMU_SECRET_ACCESS_KEY="+ossemutest.AccessKeySecret)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

@@ -48,14 +48,17 @@ const emptyMD5 = "D41D8CD98F00B204E9800998ECF8427E"
 
 // meta is the metadata record of one object.
 type meta struct {
-	Size      int64             `json:"size"`
-	MtimeNs   int64             `json:"mtime_ns"`
-	ETag      string            `json:"etag"`            // without quotes
-	CRC64     uint64            `json:"crc64"`           // valid when HasCRC
-	HasCRC    bool              `json:"has_crc"`         // false for seeded files until first computed
-	Multipart bool              `json:"multipart"`       // object type "Multipart" rather than "Normal"
-	CType     string            `json:"ctype,omitempty"` // Content-Type
-	User      map[string]string `json:"user,omitempty"`  // user metadata, keys lower-case without prefix
+	Size      int64  `json:"size"`
+	MtimeNs   int64  `json:"mtime_ns"`
+	ETag      string `json:"etag"`      // without quotes
+	CRC64     uint64 `json:"crc64"`     // valid when HasCRC
+	HasCRC    bool   `json:"has_crc"`   // false for seeded files until first computed
+	Multipart bool   `json:"multipart"` // object type "Multipart" rather than "Normal"
+	// Appendable marks an object made by AppendObject (type "Appendable"):
+	// only such an object (or none) can be appended to.
+	Appendable bool              `json:"appendable,omitempty"`
+	CType      string            `json:"ctype,omitempty"` // Content-Type
+	User       map[string]string `json:"user,omitempty"`  // user metadata, keys lower-case without prefix
 }
 
 // objInfo is what a lookup returns.
@@ -150,7 +153,7 @@ func isMarker(path string) bool {
 // (seeded with ordinary tools) or with a stale one (changed since) is
 // hashed once, on first use: its ETag is then the MD5 of its content, as
 // for an object PUT in one piece, so clients that compare MD5s (rclone
-// check, s3fs) can, and the CRC64 comes from the same pass. The result is
+// check, s3fs) can. The result is
 // stored in the file's extended attribute, keyed by size and mtime; on a
 // read-only tree it is kept in memory under the same key.
 func (s *Server) statMeta(path string, fi fs.FileInfo) meta {
@@ -171,20 +174,34 @@ func (s *Server) statMeta(path string, fi fs.FileInfo) meta {
 			return nil, err
 		}
 		defer f.Close()
-		hw := newHashWriter()
-		if _, err := io.Copy(hw, f); err != nil {
+		// MD5 only (assembly, fast): the CRC64, needed only by whole-object
+		// reads, is computed by the first of them (ensureCRC).
+		h := md5.New()
+		n, err := io.Copy(h, f)
+		if err != nil {
 			return nil, err
 		}
 		fi2, err := f.Stat()
 		if err != nil {
 			return nil, err
 		}
-		if fi2.Size() != fi.Size() || fi2.ModTime().UnixNano() != mt || hw.n != fi.Size() {
+		if fi2.Size() != fi.Size() || fi2.ModTime().UnixNano() != mt || n != fi.Size() {
 			return nil, fmt.Errorf("%s changed while hashing", path)
 		}
-		m := meta{Size: fi.Size(), MtimeNs: mt, ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true}
+		m := meta{Size: fi.Size(), MtimeNs: mt, ETag: strings.ToUpper(hex.EncodeToString(h.Sum(nil)))}
 		if old, ok := readMeta(path); ok {
 			m.CType, m.User = old.CType, old.User // changed in place: keep what it was written with
+		}
+		// An append may have finished meanwhile: its record wins. The
+		// lock keeps an append from landing between this check and the
+		// write.
+		s.appendMu.Lock()
+		defer s.appendMu.Unlock()
+		if cur, ok := readMeta(path); ok && cur.Size == fi.Size() && cur.MtimeNs == mt {
+			return cur, nil
+		}
+		if fi3, err := os.Stat(path); err != nil || fi3.Size() != fi.Size() || fi3.ModTime().UnixNano() != mt {
+			return nil, fmt.Errorf("%s changed while hashing", path)
 		}
 		if writeMetaPath(path, m) != nil {
 			s.mu.Lock()
