@@ -45,7 +45,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, rc *reqCtx
 		s.appendRefused(w, r, rc, cur, "PositionNotEqualToLength")
 		return
 	}
-	f, hw, err := s.receive(r)
+	f, hw, err := s.receive(r, rc)
 	if err != nil {
 		s.receiveError(w, r, rc, err)
 		return

@@ -114,7 +114,7 @@ func (s *Server) handleUploadPart(w http.ResponseWriter, r *http.Request, rc *re
 			s.writeError(w, r, rc, http.StatusBadRequest, "InvalidArgument", err.Error())
 			return
 		}
-	} else if f, hw, err = s.receive(r); err != nil {
+	} else if f, hw, err = s.receive(r, rc); err != nil {
 		s.receiveError(w, r, rc, err)
 		return
 	}
@@ -232,7 +232,13 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 	crc := crc64.New(crcTable)
 	etags := md5.New()
 	prev := 0
-	for _, p := range req.Parts {
+	// Every part but the last must be at least 100 KiB (OSS) or 5 MiB
+	// (S3); the stores check at completion.
+	minPart := int64(100 << 10)
+	if rc.s3 {
+		minPart = 5 << 20
+	}
+	for i, p := range req.Parts {
 		if p.PartNumber <= prev {
 			fail(http.StatusBadRequest, "InvalidPartOrder", "The list of parts was not in ascending order.")
 			return
@@ -242,6 +248,10 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 		pm, ok := readMeta(pp)
 		if !ok || !strings.EqualFold(strings.Trim(p.ETag, `"`), pm.ETag) {
 			fail(http.StatusBadRequest, "InvalidPart", fmt.Sprintf("part %d was not uploaded or its ETag does not match", p.PartNumber))
+			return
+		}
+		if i < len(req.Parts)-1 && pm.Size < minPart {
+			fail(http.StatusBadRequest, "EntityTooSmall", fmt.Sprintf("Your proposed upload is smaller than the minimum allowed size: part %d has %d bytes; every part but the last needs at least %d.", p.PartNumber, pm.Size, minPart))
 			return
 		}
 		in, err := os.Open(pp)

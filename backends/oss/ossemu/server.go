@@ -29,6 +29,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -351,7 +352,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 			s.handleListBuckets(w, r, rc)
 			return
 		}
-		s.notImplemented(w, r, rc)
+		s.methodNotAllowed(w, r, rc)
 		return
 	}
 	if !checkBucket(rc.bucket) {
@@ -366,7 +367,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 				s.handleLocation(w, r, rc)
 			case q.Has("uploads"):
 				s.handleListUploads(w, r, rc)
-			case q.Has("acl"), q.Has("versioning"), q.Has("bucketInfo"), q.Has("tagging"), q.Has("policy"), q.Has("lifecycle"), q.Has("cors"):
+			case q.Has("acl"), q.Has("versioning"), q.Has("tagging"), q.Has("policy"), q.Has("lifecycle"), q.Has("cors"):
+				s.handleBucketConfig(w, r, rc, q)
+			case q.Has("bucketInfo"):
 				s.notImplemented(w, r, rc)
 			default:
 				s.handleList(w, r, rc)
@@ -406,7 +409,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 			}
 			s.notImplemented(w, r, rc)
 		default:
-			s.notImplemented(w, r, rc)
+			s.methodNotAllowed(w, r, rc)
 		}
 		return
 	}
@@ -418,6 +421,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	case http.MethodGet, http.MethodHead:
 		if q.Has("uploadId") && r.Method == http.MethodGet {
 			s.handleListParts(w, r, rc)
+			return
+		}
+		if (q.Has("acl") || q.Has("tagging")) && r.Method == http.MethodGet {
+			s.handleObjectConfig(w, r, rc, q)
 			return
 		}
 		if q.Has("uploadId") || q.Has("acl") || q.Has("tagging") || q.Has("symlink") {
@@ -445,7 +452,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		case q.Has("append") && !rc.s3:
 			s.handleAppend(w, r, rc)
 		default:
-			s.notImplemented(w, r, rc)
+			s.methodNotAllowed(w, r, rc)
 		}
 	case http.MethodDelete:
 		if q.Has("uploadId") {
@@ -460,7 +467,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	default:
-		s.notImplemented(w, r, rc)
+		s.methodNotAllowed(w, r, rc)
 	}
 }
 
@@ -496,6 +503,77 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, rc *reqCtx, 
 	s.writeXML(w, r, rc, status, xmlError{Code: code, Message: msg, RequestID: rc.id, HostID: r.Host, Key: rc.key, Bucket: rc.bucket})
 }
 
+// methodNotAllowed answers a request the stores do not define (a method,
+// or a POST without a known sub-resource) as they do.
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	s.count("MethodNotAllowed")
+	w.Header().Set("Allow", "GET, HEAD, PUT, POST, DELETE")
+	s.writeError(w, r, rc, http.StatusMethodNotAllowed, "MethodNotAllowed", "The specified method is not allowed against this resource.")
+}
+
+type xmlACL struct {
+	XMLName xml.Name `xml:"AccessControlPolicy"`
+	Owner   owner    `xml:"Owner"`
+	Grant   string   `xml:"AccessControlList>Grant"`
+}
+
+type xmlTagging struct {
+	XMLName xml.Name `xml:"Tagging"`
+	TagSet  struct{} `xml:"TagSet"`
+}
+
+type xmlVersioning struct {
+	XMLName xml.Name `xml:"VersioningConfiguration"`
+}
+
+// handleBucketConfig answers reads of bucket settings with what a new
+// private bucket has: ACL private, no tags, versioning never enabled, and
+// no lifecycle, CORS or policy (404 with the store's code).
+func (s *Server) handleBucketConfig(w http.ResponseWriter, r *http.Request, rc *reqCtx, q url.Values) {
+	rc.op = "GetBucketConfig"
+	s.count(rc.op)
+	if !s.bucketExists(rc.bucket) {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+		return
+	}
+	switch {
+	case q.Has("acl"):
+		s.writeXML(w, r, rc, http.StatusOK, xmlACL{Owner: owner{ID: "ossemu", DisplayName: "ossemu"}, Grant: "private"})
+	case q.Has("tagging"):
+		s.writeXML(w, r, rc, http.StatusOK, xmlTagging{})
+	case q.Has("versioning"):
+		s.writeXML(w, r, rc, http.StatusOK, xmlVersioning{})
+	case q.Has("lifecycle"):
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchLifecycle", "No Row found in Lifecycle Table.")
+	case q.Has("cors"):
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchCORSConfiguration", "The CORS configuration does not exist.")
+	case q.Has("policy"):
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucketPolicy", "The bucket policy does not exist.")
+	}
+}
+
+// handleObjectConfig answers reads of an object's ACL (OSS: "default",
+// inherited from the bucket) and tags (none).
+func (s *Server) handleObjectConfig(w http.ResponseWriter, r *http.Request, rc *reqCtx, q url.Values) {
+	rc.op = "GetObjectConfig"
+	s.count(rc.op)
+	if oi, err := s.lookup(rc.bucket, rc.key); err != nil || oi.isDir != strings.HasSuffix(rc.key, "/") {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified key does not exist.")
+		return
+	}
+	if q.Has("acl") {
+		grant := "default"
+		if rc.s3 {
+			grant = "private"
+		}
+		s.writeXML(w, r, rc, http.StatusOK, xmlACL{Owner: owner{ID: "ossemu", DisplayName: "ossemu"}, Grant: grant})
+		return
+	}
+	s.writeXML(w, r, rc, http.StatusOK, xmlTagging{})
+}
+
+// notImplemented answers an operation the stores have but the emulator
+// does not (changing ACLs, tags and bucket settings, symlinks, ...).
 func (s *Server) notImplemented(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	s.count("NotImplemented")
 	s.writeError(w, r, rc, http.StatusNotImplemented, "NotImplemented", fmt.Sprintf("ossemu does not implement %s %s?%s", r.Method, r.URL.Path, r.URL.RawQuery))
