@@ -60,6 +60,7 @@ func (s *Server) setObjectHeaders(w http.ResponseWriter, rc *reqCtx, oi objInfo)
 	typ := "Normal"
 	if oi.Appendable {
 		typ = "Appendable"
+		h.Set("x-oss-next-append-position", strconv.FormatInt(oi.Size, 10))
 	} else if oi.Multipart {
 		typ = "Multipart"
 	}
