@@ -18,17 +18,27 @@ type Progress struct {
 	// (capped at BytesTotal: a retried upload sends bytes again), so it
 	// moves during the upload of one large file.
 	BytesDone, BytesTotal int64
-	Elapsed               time.Duration
+	// Sent counts bytes handed to the backend during the drain (retries
+	// included): unlike BytesDone it leaves out the part of a file that
+	// was already sent when the drain began, so Rate is the rate of the
+	// upload the drain waited for, not the size of what finished.
+	Sent    int64
+	Elapsed time.Duration
 	// Failed counts files that could not be uploaded.
 	Failed int
 }
 
-// Rate is the average upload rate of the drain so far, in bytes/s.
+// Rate is the average upload rate of the drain so far, in bytes/s: the
+// bytes sent during the drain over its elapsed time. (BytesDone over time
+// would credit a file streamed to the backend before the drain, or one
+// whose last part was in flight, as if the whole of it had gone up in the
+// drain's window: a channel uploaded under a 40 MiB/s cap then showed
+// hundreds of MiB/s.)
 func (p Progress) Rate() float64 {
 	if p.Elapsed <= 0 {
 		return 0
 	}
-	return float64(p.BytesDone) / p.Elapsed.Seconds()
+	return float64(p.Sent) / p.Elapsed.Seconds()
 }
 
 // String renders a progress line: files, bytes, rate.
@@ -48,16 +58,25 @@ func (p Progress) String() string {
 // error wraps ErrUploadFailed and names them; their data stays staged and
 // journaled for the next start.
 func (s *Store) Drain(ctx context.Context, progress func(Progress)) error {
-	start := time.Now()
+	return s.drain(ctx, progress, time.Now)
+}
+
+// drain is Drain with the clock that times the progress reports and the
+// rate injected (tests).
+func (s *Store) drain(ctx context.Context, progress func(Progress), now func() time.Time) error {
 	s.mu.Lock()
 	base := s.done
 	s.mu.Unlock()
 	sentBase := s.sent.Load()
+	// The window opens once the baselines are taken: bytes sent before
+	// are not the drain's.
+	start := now()
 	snapshot := func() (Progress, []string, int, bool) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		busy := s.completing > 0
-		p := Progress{FilesDone: s.done.files - base.files, Elapsed: time.Since(start)}
+		sent := s.sent.Load() - sentBase
+		p := Progress{FilesDone: s.done.files - base.files, Sent: sent, Elapsed: now().Sub(start)}
 		var failed []string
 		var failedFiles, failedBytes int64 // failed, and counted as pending
 		open := 0
@@ -77,7 +96,7 @@ func (s *Store) Drain(ctx context.Context, progress func(Progress)) error {
 		p.Failed = len(failed)
 		p.FilesTotal = p.FilesDone + s.pending.files - failedFiles
 		p.BytesTotal = s.done.bytes - base.bytes + s.pending.bytes - failedBytes
-		p.BytesDone = min(s.sent.Load()-sentBase, p.BytesTotal)
+		p.BytesDone = min(sent, p.BytesTotal)
 		if p.FilesDone >= p.FilesTotal {
 			p.BytesDone = p.BytesTotal
 		}
@@ -85,7 +104,7 @@ func (s *Store) Drain(ctx context.Context, progress func(Progress)) error {
 	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	lastReport := time.Now()
+	lastReport := start
 	for {
 		p, failed, open, busy := snapshot()
 		if p.FilesDone >= p.FilesTotal && !busy {
@@ -102,9 +121,9 @@ func (s *Store) Drain(ctx context.Context, progress func(Progress)) error {
 			}
 			return nil
 		}
-		if progress != nil && time.Since(lastReport) >= time.Second {
+		if t := start.Add(p.Elapsed); progress != nil && t.Sub(lastReport) >= time.Second {
 			progress(p)
-			lastReport = time.Now()
+			lastReport = t
 		}
 		select {
 		case <-ctx.Done():

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 )
 
 // patterned returns n deterministic pseudo-random bytes.
@@ -253,7 +254,7 @@ func TestRetriesExhausted(t *testing.T) {
 // to fix.
 func TestPermanentErrorsFailFast(t *testing.T) {
 	setCreds(t)
-	e := startEmu(t, ossemu.Options{AccessKeyID: "test-id"})
+	e := startEmu(t, ossemu.Options{})
 	slow := Options{Endpoint: e.endpoint} // default retries: a retry would take seconds
 	u, _ := backends.ParseURI("oss://nosuchbucket/x/")
 	before := e.srv.Stats()["requests"]
@@ -277,11 +278,11 @@ func TestPermanentErrorsFailFast(t *testing.T) {
 	if n := e.srv.Stats()["requests"] - before; n != 1 {
 		t.Errorf("wrong key: %d requests, want 1", n)
 	}
-	if strings.Contains(err.Error(), "test-secret") {
+	if strings.Contains(err.Error(), ossemutest.AccessKeySecret) {
 		t.Errorf("error reveals the secret: %v", err)
 	}
 
-	t.Setenv("OSS_ACCESS_KEY_ID", "test-id")
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
 	b := openURI(t, "oss://"+testBucket+"/data/", slow)
 	before = e.srv.Stats()["requests"]
 	if _, err := b.Read(t.Context(), "missing", backends.ReadOptions{Length: -1}); !errors.Is(err, backends.ErrNotExist) {
@@ -300,7 +301,7 @@ func TestPermanentErrorsFailFast(t *testing.T) {
 // the log, even at debug level with retries.
 func TestCredentials(t *testing.T) {
 	setCreds(t)
-	e := startEmu(t, ossemu.Options{AccessKeyID: "file-id", ErrorRate: 0.3, Seed: 9})
+	e := startEmu(t, ossemu.Options{AccessKeyID: "file-id", AccessKeySecret: "s3cr3t-VALUE-never-logged", ErrorRate: 0.3, Seed: 9})
 	u, _ := backends.ParseURI("oss://" + testBucket + "/data/")
 	f := filepath.Join(t.TempDir(), "creds")
 	const secret = "s3cr3t-VALUE-never-logged"

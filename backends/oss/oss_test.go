@@ -43,10 +43,10 @@ func startEmu(t testing.TB, opt ossemu.Options) *emu {
 	return &emu{srv: srv, endpoint: endpoint, root: root}
 }
 
-// setCreds sets dummy credentials: the emulator accepts any.
+// setCreds sets the credentials the emulator accepts.
 func setCreds(t testing.TB) {
-	t.Setenv("OSS_ACCESS_KEY_ID", "test-id")
-	t.Setenv("OSS_ACCESS_KEY_SECRET", "test-secret")
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	t.Setenv("OSS_SESSION_TOKEN", "")
 	t.Setenv("OSS_ENDPOINT", "")
 }

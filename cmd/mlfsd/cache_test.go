@@ -38,7 +38,7 @@ func startCacheMount(t *testing.T, uri string, flags ...string) *cacheMount {
 	args := append([]string{"mount", "--read-only"}, flags...)
 	args = append(args, uri, mnt)
 	cmd := mlfsdCmd(t, args...)
-	cmd.Env = append(cmd.Env, "OSS_ACCESS_KEY_ID=test", "OSS_ACCESS_KEY_SECRET=test")
+	cmd.Env = append(cmd.Env, "OSS_ACCESS_KEY_ID="+ossemutest.AccessKeyID, "OSS_ACCESS_KEY_SECRET="+ossemutest.AccessKeySecret)
 	d := startDaemon(t, cmd, mnt)
 	return &cacheMount{t: t, mnt: mnt, d: d, stderr: d.stderr}
 }

@@ -19,26 +19,45 @@ import (
 func newEmulateOSSCmd(a *app) *cobra.Command {
 	var (
 		root, listen, bandwidth, kinds string
+		keyID, secretFile              string
+		vhosts                         []string
+		anonymous                      bool
 		ttfb                           time.Duration
 		rate                           float64
 		seed                           uint64
 	)
 	c := &cobra.Command{
 		Use:   "oss --root DIR [--listen 127.0.0.1:9000]",
-		Short: "Serve a directory over the OSS protocol (and S3, path-style)",
+		Short: "Serve a directory over the OSS protocol (and S3)",
 		Long: `Serve DIR over the OSS REST protocol, well enough for the aliyun SDK, and over the
-S3 REST protocol (path-style) for rclone and s3fs. Each top-level directory of DIR
-is a bucket and each object a plain file under it. Any access key is accepted.
+S3 REST protocol for rclone, s3fs and boto3. Each top-level directory of DIR is a
+bucket and each object a plain file under it. Buckets are addressed path-style
+(ADDR/bucket/key) or virtual-hosted-style (bucket.localhost:PORT/key,
+bucket.127.0.0.1:PORT/key, or bucket.NAME:PORT for each --virtual-host NAME).
+
+Requests must be signed (OSS V1/V4, S3 V2/V4) with the emulator's key pair, as a
+private bucket demands; unsigned or wrongly signed ones get 403. The pair is
+OSS_ACCESS_KEY_ID / OSS_ACCESS_KEY_SECRET from the environment (the variables
+mlfsd itself reads, so one export serves both), or --access-key-id with
+--access-key-secret-file; with neither, the demo pair
+` + ossemu.DefaultAccessKeyID + ` / ` + ossemu.DefaultAccessKeySecret + `. --anonymous accepts any request.
 
 Point mlfsd at it with --oss-endpoint http://ADDR (or oss://bucket.ADDR/prefix/)
-and any OSS_ACCESS_KEY_ID / OSS_ACCESS_KEY_SECRET. Request counters are served
-as JSON at http://ADDR` + ossemu.StatsPath + `.`,
+and the same OSS_ACCESS_KEY_ID / OSS_ACCESS_KEY_SECRET. Request counters are
+served as JSON at http://ADDR` + ossemu.StatsPath + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if root == "" {
 				return errors.New("emulate oss: --root DIR is required")
 			}
-			opt := ossemu.Options{TTFB: ttfb, ErrorRate: rate, Seed: seed, Log: a.log}
+			opt := ossemu.Options{TTFB: ttfb, ErrorRate: rate, Seed: seed, Log: a.log, Anonymous: anonymous, VirtualHosts: vhosts}
+			if !anonymous {
+				id, secret, err := emulatorKeys(keyID, secretFile)
+				if err != nil {
+					return err
+				}
+				opt.AccessKeyID, opt.AccessKeySecret = id, secret
+			}
 			if bandwidth != "" {
 				n, err := humanize.ParseBytes(strings.TrimSuffix(strings.TrimSpace(bandwidth), "/s"))
 				if err != nil {
@@ -62,7 +81,7 @@ as JSON at http://ADDR` + ossemu.StatsPath + `.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			a.log.Info("OSS emulator serving", "addr", l.Addr().String(), "endpoint", "http://"+l.Addr().String(),
-				"root", srv.Root(), "ttfb", ttfb, "conn_bandwidth", opt.ConnBandwidth, "error_rate", rate, "error_kinds", kinds, "seed", seed)
+				"root", srv.Root(), "access_key_id", keyIDShown(opt), "anonymous", anonymous, "ttfb", ttfb, "conn_bandwidth", opt.ConnBandwidth, "error_rate", rate, "error_kinds", kinds, "seed", seed)
 			if err := srv.Serve(ctx, l); err != nil {
 				return fmt.Errorf("emulate oss: %w", err)
 			}
@@ -78,5 +97,48 @@ as JSON at http://ADDR` + ossemu.StatsPath + `.`,
 	f.Float64Var(&rate, "error-rate", 0, "probability (0..1) that a request fails with one of --error-kinds")
 	f.StringVar(&kinds, "error-kinds", "all", "kinds of failure to inject: comma-separated 500, 503, reset, truncate, or all")
 	f.Uint64Var(&seed, "seed", 1, "seed of the fault generator")
+	f.StringVar(&keyID, "access-key-id", "", "access key id requests must be signed with (default $OSS_ACCESS_KEY_ID, else the demo pair)")
+	f.StringVar(&secretFile, "access-key-secret-file", "", "file holding the access key secret (default $OSS_ACCESS_KEY_SECRET)")
+	f.BoolVar(&anonymous, "anonymous", false, "accept any request, signed or not")
+	f.StringSliceVar(&vhosts, "virtual-host", nil, "host name under which BUCKET.NAME addresses a bucket (default localhost)")
 	return c
+}
+
+// emulatorKeys resolves the emulator's key pair: flags first, then
+// OSS_ACCESS_KEY_ID / OSS_ACCESS_KEY_SECRET; both empty means the
+// emulator's demo pair. The secret never comes from the command line.
+func emulatorKeys(keyID, secretFile string) (string, string, error) {
+	id, secret := keyID, ""
+	if id == "" {
+		id = os.Getenv("OSS_ACCESS_KEY_ID")
+	}
+	if secretFile != "" {
+		b, err := os.ReadFile(secretFile)
+		if err != nil {
+			return "", "", fmt.Errorf("--access-key-secret-file: %w", err)
+		}
+		secret = strings.TrimSpace(string(b))
+		if secret == "" {
+			return "", "", fmt.Errorf("--access-key-secret-file %s is empty", secretFile)
+		}
+	} else {
+		secret = os.Getenv("OSS_ACCESS_KEY_SECRET")
+	}
+	switch {
+	case id == "" && secret != "":
+		return "", "", errors.New("emulate oss: an access key secret is set but no access key id (--access-key-id or OSS_ACCESS_KEY_ID)")
+	case id != "" && secret == "":
+		return "", "", fmt.Errorf("emulate oss: access key id %q has no secret (--access-key-secret-file or OSS_ACCESS_KEY_SECRET)", id)
+	}
+	return id, secret, nil
+}
+
+func keyIDShown(opt ossemu.Options) string {
+	switch {
+	case opt.Anonymous:
+		return "(any)"
+	case opt.AccessKeyID == "":
+		return ossemu.DefaultAccessKeyID
+	}
+	return opt.AccessKeyID
 }

@@ -18,14 +18,17 @@ import (
 	"testing"
 	"time"
 
+	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
+
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/fs/fstest"
 )
 
-// ossEnv is the environment of an mlfsd talking to an emulator: any keys.
+// ossEnv is the environment of an mlfsd talking to an emulator (or being
+// one): the key pair ossemutest's emulators accept.
 func ossEnv(cmd *exec.Cmd) {
-	cmd.Env = append(cmd.Env, "OSS_ACCESS_KEY_ID=test-id", "OSS_ACCESS_KEY_SECRET=test-secret", "OSS_ENDPOINT=")
+	cmd.Env = append(cmd.Env, "OSS_ACCESS_KEY_ID="+ossemutest.AccessKeyID, "OSS_ACCESS_KEY_SECRET="+ossemutest.AccessKeySecret, "OSS_ENDPOINT=")
 }
 
 // TestEmulateOSSCommand: `mlfsd emulate oss` logs its address, serves the
@@ -38,6 +41,7 @@ func TestEmulateOSSCommand(t *testing.T) {
 
 	cmd := mlfsdCmd(t, "emulate", "oss", "--root", root, "--listen", "127.0.0.1:0",
 		"--ttfb", "20ms", "--conn-bandwidth", "100MB/s", "--error-rate", "0", "--error-kinds", "500,reset", "--seed", "3")
+	ossEnv(cmd) // the emulator's key pair
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -63,16 +67,31 @@ func TestEmulateOSSCommand(t *testing.T) {
 	rest := make(chan string, 1)
 	go func() { b, _ := io.ReadAll(stderr); rest <- string(b) }()
 
-	req, _ := http.NewRequest("GET", "http://"+addr+"/bkt/d/f.txt", nil)
-	req.Header.Set("Authorization", "OSS anyone:sig")
-	resp, err := http.DefaultClient.Do(req)
+	// Unsigned: refused as by a private bucket.
+	resp, err := http.Get("http://" + addr + "/bkt/d/f.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if string(body) != "hello" || resp.Header.Get("X-Oss-Hash-Crc64ecma") == "" {
-		t.Errorf("GET: %q, headers %v", body, resp.Header)
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "AccessDenied") {
+		t.Errorf("unsigned GET: %d %q", resp.StatusCode, body)
+	}
+	// Signed with the pair from the environment: served.
+	c, err := alioss.New("http://"+addr, ossemutest.AccessKeyID, ossemutest.AccessKeySecret, alioss.ForcePathStyle(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bkt, _ := c.Bucket("bkt")
+	var hdr http.Header
+	r, err := bkt.GetObject("d/f.txt", alioss.GetResponseHeader(&hdr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(r)
+	r.Close()
+	if string(body) != "hello" || hdr.Get("X-Oss-Hash-Crc64ecma") == "" {
+		t.Errorf("GET: %q, headers %v", body, hdr)
 	}
 	resp, err = http.Get("http://" + addr + ossemu.StatsPath)
 	if err != nil {

@@ -2,6 +2,7 @@ package hdfsemu
 
 import (
 	"bufio"
+	"crypto/md5"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ const (
 	dataTransferVersion = 28
 	opWriteBlock        = 80
 	opReadBlock         = 81
+	opBlockChecksum     = 85
 	chunkSize           = 512
 	packetData          = 64 << 10 // data bytes per read packet (a multiple of chunkSize)
 	maxPacket           = 16 << 20
@@ -56,6 +58,11 @@ func (s *Server) serveDataNode(c net.Conn) {
 		req := &pb.OpWriteBlockProto{}
 		if err = readDelimited(r, req); err == nil {
 			err = s.writeBlock(tc, r, req)
+		}
+	case opBlockChecksum:
+		req := &pb.OpBlockChecksumProto{}
+		if err = readDelimited(r, req); err == nil {
+			err = s.blockChecksum(tc, req)
 		}
 	default:
 		err = writeDelimited(tc, &pb.BlockOpResponseProto{
@@ -207,6 +214,111 @@ func (s *Server) readBlock(w *throttledConn, r *bufio.Reader, req *pb.OpReadBloc
 	st := &pb.ClientReadStatusProto{}
 	readDelimited(r, st)
 	return nil
+}
+
+// blockChecksum answers OP_BLOCK_CHECKSUM as a Hadoop DataNode does for a
+// replicated block (DataXceiver.blockChecksum with
+// BlockChecksumHelper.ReplicatedBlockChecksumComputer):
+//
+//   - MD5CRC (the default): the MD5 of the block's chunk CRCs, each CRC32C
+//     of 512 bytes (the last chunk may be short) written as 4 big-endian
+//     bytes, exactly the checksum region of the block's .meta file; the
+//     client then takes the MD5 of the block MD5s (MD5MD5CRC32C).
+//   - COMPOSITE_CRC: the CRC32C of the block's bytes (what composing the
+//     chunk CRCs yields), 4 big-endian bytes per stripe of stripeLength
+//     bytes (one stripe when 0 or longer than the block).
+//
+// Both cover the first numBytes of the block that the client names (its
+// length when the client looked it up), or the whole block.
+func (s *Server) blockChecksum(w *throttledConn, req *pb.OpBlockChecksumProto) error {
+	b := req.GetHeader().GetBlock()
+	ref, hp, err := s.blockTarget(b.GetBlockId(), false)
+	s.sleep(s.opt.Faults.TTFB)
+	if err != nil {
+		return opError(w, pb.Status_ERROR, err.Error())
+	}
+	if s.chance(s.opt.Faults.ErrorRate) {
+		return opError(w, pb.Status_ERROR, "injected fault: datanode error")
+	}
+	f, err := os.Open(hp)
+	if err != nil {
+		return opError(w, pb.Status_ERROR, err.Error())
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return opError(w, pb.Status_ERROR, err.Error())
+	}
+	blockLen := max(min(ref.size, fi.Size()-ref.start), 0)
+	if n := int64(b.GetNumBytes()); n > 0 && n < blockLen {
+		blockLen = n
+	}
+	opts := req.GetBlockChecksumOptions()
+	var sum []byte
+	switch opts.GetBlockChecksumType() {
+	case pb.BlockChecksumTypeProto_MD5CRC:
+		sum, err = blockMD5CRC(io.NewSectionReader(f, ref.start, blockLen))
+	case pb.BlockChecksumTypeProto_COMPOSITE_CRC:
+		sum, err = blockCompositeCRC(io.NewSectionReader(f, ref.start, blockLen), blockLen, int64(opts.GetStripeLength()))
+	default:
+		return opError(w, pb.Status_ERROR_INVALID, fmt.Sprintf("unknown block checksum type %v", opts.GetBlockChecksumType()))
+	}
+	if err != nil {
+		return opError(w, pb.Status_ERROR, fmt.Sprintf("block %d: %v", b.GetBlockId(), err))
+	}
+	if opts == nil {
+		opts = &pb.BlockChecksumOptionsProto{BlockChecksumType: pb.BlockChecksumTypeProto_MD5CRC.Enum()}
+	}
+	return writeDelimited(w, &pb.BlockOpResponseProto{
+		Status: pb.Status_SUCCESS.Enum(),
+		ChecksumResponse: &pb.OpBlockChecksumResponseProto{
+			BytesPerCrc:          proto.Uint32(chunkSize),
+			CrcPerBlock:          proto.Uint64(uint64((blockLen + chunkSize - 1) / chunkSize)),
+			BlockChecksum:        sum,
+			CrcType:              pb.ChecksumTypeProto_CHECKSUM_CRC32C.Enum(),
+			BlockChecksumOptions: opts,
+		},
+	})
+}
+
+// blockMD5CRC returns the MD5 of the CRC32C of each 512-byte chunk of r.
+func blockMD5CRC(r io.Reader) ([]byte, error) {
+	h := md5.New()
+	buf := make([]byte, packetData)
+	var crc [4]byte
+	for {
+		n, err := io.ReadFull(r, buf)
+		for i := 0; i < n; i += chunkSize {
+			binary.BigEndian.PutUint32(crc[:], crc32.Checksum(buf[i:min(i+chunkSize, n)], castagnoli))
+			h.Write(crc[:])
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return h.Sum(nil), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// blockCompositeCRC returns the CRC32C of each stripe of r (n bytes), 4
+// big-endian bytes each.
+func blockCompositeCRC(r io.Reader, n, stripe int64) ([]byte, error) {
+	if stripe <= 0 || stripe > n {
+		stripe = n
+	}
+	var out []byte
+	for left := n; left > 0 || len(out) == 0; left -= stripe {
+		c := crc32.New(castagnoli)
+		if _, err := io.CopyN(c, r, min(stripe, left)); err != nil {
+			return nil, err
+		}
+		out = binary.BigEndian.AppendUint32(out, c.Sum32())
+		if left <= stripe {
+			break
+		}
+	}
+	return out, nil
 }
 
 // writePacket writes one data packet: payload length, header length, the

@@ -4,7 +4,9 @@
 //
 // It runs one NameNode (ClientNamenodeProtocol over Hadoop RPC v9, SIMPLE
 // authentication) and one DataNode (DataTransferProtocol v28: READ_BLOCK and
-// WRITE_BLOCK with packets, CRC32C chunk checksums and pipeline acks).
+// WRITE_BLOCK with packets, CRC32C chunk checksums and pipeline acks, and
+// BLOCK_CHECKSUM as Hadoop computes it, so a client's file checksum is
+// Hadoop's MD5-of-MD5-of-CRC32C, or a composite CRC when asked).
 //
 // The directory tree under Options.Root is the namespace: every regular file
 // is an HDFS file and every directory an HDFS directory, so data can be seeded

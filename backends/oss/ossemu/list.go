@@ -21,6 +21,7 @@ type listEntry struct {
 	etag  string
 	multi bool
 	link  bool // a symlink object
+	app   bool // appendable
 }
 
 // errStopWalk ends a walk early.
@@ -110,8 +111,8 @@ func (w *walker) walkDir(dir, dirKey string) error {
 			if err != nil || !fi.Mode().IsRegular() {
 				continue
 			}
-			m := statMeta(p, fi)
-			if err := w.onKey(listEntry{key: k, size: m.Size, mtime: fi.ModTime(), etag: m.ETag, multi: m.Multipart, link: m.Symlink != ""}); err != nil {
+			m := w.s.statMeta(p, fi)
+			if err := w.onKey(listEntry{key: k, size: m.Size, mtime: fi.ModTime(), etag: m.ETag, multi: m.Multipart, app: m.Appendable, link: m.Symlink != ""}); err != nil {
 				return err
 			}
 			continue
@@ -291,7 +292,9 @@ func (s *Server) contents(res listResult, enc, withOwner bool) ([]xmlContents, [
 	cs := make([]xmlContents, 0, len(res.objects))
 	for _, e := range res.objects {
 		typ := "Normal"
-		if e.multi {
+		if e.app {
+			typ = "Appendable"
+		} else if e.multi {
 			typ = "Multipart"
 		}
 		if e.link {

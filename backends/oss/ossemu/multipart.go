@@ -10,6 +10,7 @@ import (
 	"hash/crc64"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -63,10 +64,13 @@ func (s *Server) handleInitiate(w http.ResponseWriter, r *http.Request, rc *reqC
 		s.receiveError(w, r, rc, errBadKey)
 		return
 	}
-	var rb [16]byte
+	// The id starts with the initiation time, so ids of one key sort in
+	// the order the uploads began (as the stores list them).
+	now := time.Now()
+	var rb [8]byte
 	_, _ = rand.Read(rb[:])
-	id := strings.ToUpper(hex.EncodeToString(rb[:]))
-	rec := uploadRecord{Bucket: rc.bucket, Key: rc.key, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), Initiated: time.Now()}
+	id := fmt.Sprintf("%016X%s", uint64(now.UnixNano()), strings.ToUpper(hex.EncodeToString(rb[:])))
+	rec := uploadRecord{Bucket: rc.bucket, Key: rc.key, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), Initiated: now}
 	b, _ := json.Marshal(rec)
 	dir := s.uploadDir(id)
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -110,7 +114,7 @@ func (s *Server) handleUploadPart(w http.ResponseWriter, r *http.Request, rc *re
 			s.writeError(w, r, rc, http.StatusBadRequest, "InvalidArgument", err.Error())
 			return
 		}
-	} else if f, hw, err = s.receive(r); err != nil {
+	} else if f, hw, err = s.receive(r, rc); err != nil {
 		s.receiveError(w, r, rc, err)
 		return
 	}
@@ -228,7 +232,13 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 	crc := crc64.New(crcTable)
 	etags := md5.New()
 	prev := 0
-	for _, p := range req.Parts {
+	// Every part but the last must be at least 100 KiB (OSS) or 5 MiB
+	// (S3); the stores check at completion.
+	minPart := int64(100 << 10)
+	if rc.s3 {
+		minPart = 5 << 20
+	}
+	for i, p := range req.Parts {
 		if p.PartNumber <= prev {
 			fail(http.StatusBadRequest, "InvalidPartOrder", "The list of parts was not in ascending order.")
 			return
@@ -238,6 +248,10 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 		pm, ok := readMeta(pp)
 		if !ok || !strings.EqualFold(strings.Trim(p.ETag, `"`), pm.ETag) {
 			fail(http.StatusBadRequest, "InvalidPart", fmt.Sprintf("part %d was not uploaded or its ETag does not match", p.PartNumber))
+			return
+		}
+		if i < len(req.Parts)-1 && pm.Size < minPart {
+			fail(http.StatusBadRequest, "EntityTooSmall", fmt.Sprintf("Your proposed upload is smaller than the minimum allowed size: part %d has %d bytes; every part but the last needs at least %d.", p.PartNumber, pm.Size, minPart))
 			return
 		}
 		in, err := os.Open(pp)
@@ -284,19 +298,130 @@ func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request, rc *reqCtx)
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// The listings below follow the real stores' documents field by field
+// (OSS ListParts / ListMultipartUploads; S3 adds Initiator, Owner and
+// StorageClass and has no HashCrc64ecma). The crash recovery of the
+// write-back store relies on them: keep them exact.
+
+type listPartsResult struct {
+	XMLName              xml.Name  `xml:"ListPartsResult"`
+	EncodingType         string    `xml:"EncodingType,omitempty"`
+	Bucket               string    `xml:"Bucket"`
+	Key                  string    `xml:"Key"`
+	UploadID             string    `xml:"UploadId"`
+	Initiator            *owner    `xml:"Initiator,omitempty"`
+	Owner                *owner    `xml:"Owner,omitempty"`
+	StorageClass         string    `xml:"StorageClass"`
+	PartNumberMarker     int       `xml:"PartNumberMarker"`
+	NextPartNumberMarker int       `xml:"NextPartNumberMarker"`
+	MaxParts             int       `xml:"MaxParts"`
+	IsTruncated          bool      `xml:"IsTruncated"`
+	Parts                []xmlPart `xml:"Part"`
+}
+
+type xmlPart struct {
+	PartNumber   int    `xml:"PartNumber"`
+	LastModified string `xml:"LastModified"`
+	ETag         string `xml:"ETag"`
+	CRC64        string `xml:"HashCrc64ecma,omitempty"`
+	Size         int64  `xml:"Size"`
+}
+
+// intParam parses an optional non-negative integer query parameter.
+func intParam(q url.Values, name string, def, maxv int) (int, bool) {
+	v := q.Get(name)
+	if v == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return min(n, maxv), true
+}
+
+func (s *Server) handleListParts(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	rc.op = "ListParts"
+	s.count(rc.op)
+	q := r.URL.Query()
+	id := q.Get("uploadId")
+	if _, ok := s.loadUpload(id, rc.bucket, rc.key); !ok {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchUpload", "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.")
+		return
+	}
+	maxParts, ok1 := intParam(q, "max-parts", 1000, 1000)
+	marker, ok2 := intParam(q, "part-number-marker", 0, 10000)
+	if !ok1 || !ok2 {
+		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidArgument", "max-parts and part-number-marker must be non-negative integers")
+		return
+	}
+	des, _ := os.ReadDir(s.uploadDir(id))
+	enc := q.Get("encoding-type") == "url"
+	out := listPartsResult{Bucket: rc.bucket, Key: encodeKey(rc.key, enc), UploadID: id, StorageClass: "Standard",
+		PartNumberMarker: marker, MaxParts: maxParts}
+	if enc {
+		out.EncodingType = "url"
+	}
+	if rc.s3 {
+		out.StorageClass = "STANDARD"
+		out.Initiator = &owner{ID: "ossemu", DisplayName: "ossemu"}
+		out.Owner = out.Initiator
+	}
+	for _, de := range des { // ReadDir sorts by name: part-00001, part-00002, ...
+		n, err := strconv.Atoi(strings.TrimPrefix(de.Name(), "part-"))
+		if err != nil || !strings.HasPrefix(de.Name(), "part-") || n <= marker {
+			continue
+		}
+		if len(out.Parts) == maxParts {
+			out.IsTruncated = true
+			break
+		}
+		pp := filepath.Join(s.uploadDir(id), de.Name())
+		fi, err := os.Stat(pp)
+		pm, ok := readMeta(pp)
+		if err != nil || !ok {
+			continue // being replaced, or gone with the upload
+		}
+		xp := xmlPart{PartNumber: n, LastModified: isoTime(fi.ModTime()), ETag: `"` + pm.ETag + `"`, Size: fi.Size()}
+		if !rc.s3 {
+			xp.CRC64 = strconv.FormatUint(pm.CRC64, 10)
+		}
+		out.Parts = append(out.Parts, xp)
+		out.NextPartNumberMarker = n
+	}
+	s.writeXML(w, r, rc, http.StatusOK, out)
+}
+
 type listUploadsResult struct {
-	XMLName     xml.Name    `xml:"ListMultipartUploadsResult"`
-	Bucket      string      `xml:"Bucket"`
-	IsTruncated bool        `xml:"IsTruncated"`
-	Uploads     []xmlUpload `xml:"Upload"`
+	XMLName            xml.Name    `xml:"ListMultipartUploadsResult"`
+	EncodingType       string      `xml:"EncodingType,omitempty"`
+	Bucket             string      `xml:"Bucket"`
+	KeyMarker          string      `xml:"KeyMarker"`
+	UploadIDMarker     string      `xml:"UploadIdMarker"`
+	NextKeyMarker      string      `xml:"NextKeyMarker"`
+	NextUploadIDMarker string      `xml:"NextUploadIdMarker"`
+	Delimiter          string      `xml:"Delimiter"`
+	Prefix             string      `xml:"Prefix"`
+	MaxUploads         int         `xml:"MaxUploads"`
+	IsTruncated        bool        `xml:"IsTruncated"`
+	Uploads            []xmlUpload `xml:"Upload"`
+	CommonPrefixes     []xmlPrefix `xml:"CommonPrefixes"`
 }
 
 type xmlUpload struct {
-	Key       string `xml:"Key"`
-	UploadID  string `xml:"UploadId"`
-	Initiated string `xml:"Initiated"`
+	Key          string `xml:"Key"`
+	UploadID     string `xml:"UploadId"`
+	Initiator    *owner `xml:"Initiator,omitempty"`
+	Owner        *owner `xml:"Owner,omitempty"`
+	StorageClass string `xml:"StorageClass,omitempty"`
+	Initiated    string `xml:"Initiated"`
 }
 
+// handleListUploads lists the uploads in progress in key order, and for
+// one key in upload id order, which is the order they were initiated in
+// (ids start with the initiation time). key-marker alone skips keys up to
+// and including it; with upload-id-marker, the uploads of key-marker after
+// that id are listed too. A delimiter folds keys into common prefixes.
 func (s *Server) handleListUploads(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	rc.op = "ListMultipartUploads"
 	s.count(rc.op)
@@ -304,18 +429,75 @@ func (s *Server) handleListUploads(w http.ResponseWriter, r *http.Request, rc *r
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
 		return
 	}
+	q := r.URL.Query()
+	maxUploads, ok := intParam(q, "max-uploads", 1000, 1000)
+	if !ok {
+		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidArgument", "max-uploads must be a non-negative integer")
+		return
+	}
+	prefix, delim := q.Get("prefix"), q.Get("delimiter")
+	keyMarker, idMarker := q.Get("key-marker"), q.Get("upload-id-marker")
+	enc := q.Get("encoding-type") == "url"
 	des, _ := os.ReadDir(filepath.Join(s.root, internalDir, "uploads"))
-	prefix := r.URL.Query().Get("prefix")
-	enc := r.URL.Query().Get("encoding-type") == "url"
-	out := listUploadsResult{Bucket: rc.bucket}
+	type upload struct {
+		key, id string
+		rec     uploadRecord
+	}
+	var all []upload
 	for _, de := range des {
 		b, err := os.ReadFile(filepath.Join(s.uploadDir(de.Name()), "upload.json"))
 		var u uploadRecord
 		if err != nil || json.Unmarshal(b, &u) != nil || u.Bucket != rc.bucket || !strings.HasPrefix(u.Key, prefix) {
 			continue
 		}
-		out.Uploads = append(out.Uploads, xmlUpload{Key: encodeKey(u.Key, enc), UploadID: de.Name(), Initiated: isoTime(u.Initiated)})
+		all = append(all, upload{u.Key, de.Name(), u})
 	}
-	sort.Slice(out.Uploads, func(i, j int) bool { return out.Uploads[i].Key < out.Uploads[j].Key })
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].key != all[j].key {
+			return all[i].key < all[j].key
+		}
+		return all[i].id < all[j].id
+	})
+	out := listUploadsResult{Bucket: rc.bucket, KeyMarker: encodeKey(keyMarker, enc), UploadIDMarker: idMarker,
+		Delimiter: encodeKey(delim, enc), Prefix: encodeKey(prefix, enc), MaxUploads: maxUploads}
+	if enc {
+		out.EncodingType = "url"
+	}
+	lastPrefix := ""
+	n := 0
+	for _, u := range all {
+		if keyMarker != "" && (u.key < keyMarker || (u.key == keyMarker && (idMarker == "" || u.id <= idMarker))) {
+			continue
+		}
+		if delim != "" {
+			if i := strings.Index(u.key[len(prefix):], delim); i >= 0 {
+				cp := u.key[:len(prefix)+i+len(delim)]
+				if cp == lastPrefix {
+					continue
+				}
+				if n == maxUploads {
+					out.IsTruncated = true
+					break
+				}
+				lastPrefix = cp
+				out.CommonPrefixes = append(out.CommonPrefixes, xmlPrefix{Prefix: encodeKey(cp, enc)})
+				out.NextKeyMarker, out.NextUploadIDMarker = encodeKey(cp, enc), ""
+				n++
+				continue
+			}
+		}
+		if n == maxUploads {
+			out.IsTruncated = true
+			break
+		}
+		xu := xmlUpload{Key: encodeKey(u.key, enc), UploadID: u.id, Initiated: isoTime(u.rec.Initiated)}
+		if rc.s3 {
+			xu.Initiator = &owner{ID: "ossemu", DisplayName: "ossemu"}
+			xu.Owner, xu.StorageClass = xu.Initiator, "STANDARD"
+		}
+		out.Uploads = append(out.Uploads, xu)
+		out.NextKeyMarker, out.NextUploadIDMarker = encodeKey(u.key, enc), u.id
+		n++
+	}
 	s.writeXML(w, r, rc, http.StatusOK, out)
 }

@@ -2,10 +2,18 @@ package ossemu
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/md5"
+	"crypto/sha1"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"hash"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/url"
@@ -50,7 +58,10 @@ func (s *Server) setObjectHeaders(w http.ResponseWriter, rc *reqCtx, oi objInfo)
 	h.Set("Content-Type", ct)
 	h.Set("Accept-Ranges", "bytes")
 	typ := "Normal"
-	if oi.Multipart {
+	if oi.Appendable {
+		typ = "Appendable"
+		h.Set("x-oss-next-append-position", strconv.FormatInt(oi.Size, 10))
+	} else if oi.Multipart {
 		typ = "Multipart"
 	}
 	h.Set("x-oss-object-type", typ)
@@ -215,24 +226,43 @@ func bodyReader(r *http.Request) (io.Reader, int64) {
 	return body, r.ContentLength
 }
 
-// receive streams a request body into a temporary file, hashing it.
-func (s *Server) receive(r *http.Request) (*os.File, *hashWriter, error) {
+// receive streams a request body into a temporary file, hashing it, and
+// checks it against the digests the request declares (see checks).
+func (s *Server) receive(r *http.Request, rc *reqCtx) (*os.File, *hashWriter, error) {
+	checks, err := digestChecks(r, rc)
+	if err != nil {
+		drainBody(r)
+		return nil, nil, err
+	}
 	body, n := bodyReader(r)
 	f, err := s.tempFile()
 	if err != nil {
 		return nil, nil, err
 	}
 	hw := newHashWriter()
-	got, err := io.Copy(io.MultiWriter(f, hw), body)
+	ws := []io.Writer{f, hw}
+	for _, c := range checks {
+		if c.h != nil {
+			ws = append(ws, c.h)
+		}
+	}
+	got, err := io.Copy(io.MultiWriter(ws...), body)
 	s.add("bytes.in", got)
 	if err == nil && n >= 0 && got != n {
 		err = fmt.Errorf("body has %d bytes, want %d", got, n)
 	}
 	if err == nil {
-		if cm := r.Header.Get("Content-MD5"); cm != "" {
-			want, derr := base64.StdEncoding.DecodeString(cm)
-			if derr != nil || string(want) != string(hw.md5.Sum(nil)) {
-				err = errBadDigest
+		for _, c := range checks {
+			sum := hw.md5.Sum(nil)
+			switch {
+			case c.h != nil:
+				sum = c.h.Sum(nil)
+			case c.crc64:
+				sum = binary.BigEndian.AppendUint64(nil, hw.crc.Sum64())
+			}
+			if !bytes.Equal(sum, c.want) {
+				err = &digestError{code: c.code, msg: c.msg}
+				break
 			}
 		}
 	}
@@ -244,12 +274,86 @@ func (s *Server) receive(r *http.Request) (*os.File, *hashWriter, error) {
 	return f, hw, nil
 }
 
-var errBadDigest = errors.New("the Content-MD5 you specified did not match what was received")
+// digestError is a body that does not match a digest the request declared
+// (or a malformed digest header), with the store's error code.
+type digestError struct{ code, msg string }
+
+func (e *digestError) Error() string { return e.msg }
+
+// digestCheck is one digest a request declares for its body.
+type digestCheck struct {
+	h     hash.Hash // nil: MD5 or CRC64, which the hashWriter computes anyway
+	crc64 bool
+	want  []byte
+	code  string
+	msg   string
+}
+
+// digestChecks collects what the request says its body hashes to, as the
+// stores check it: Content-MD5 (OSS: InvalidDigest; S3: BadDigest, and
+// InvalidDigest when malformed), x-oss-hash-crc64ecma (OSS), and S3's
+// x-amz-checksum-crc32/-crc32c/-sha1/-sha256 (BadDigest) and a hex
+// x-amz-content-sha256 (XAmzContentSHA256Mismatch).
+func digestChecks(r *http.Request, rc *reqCtx) ([]digestCheck, error) {
+	var out []digestCheck
+	mismatch := "InvalidDigest"
+	if rc.s3 {
+		mismatch = "BadDigest"
+	}
+	if v := r.Header.Get("Content-MD5"); v != "" {
+		want, err := base64.StdEncoding.DecodeString(v)
+		if err != nil || len(want) != md5.Size {
+			return nil, &digestError{code: "InvalidDigest", msg: "The Content-MD5 you specified is not valid."}
+		}
+		out = append(out, digestCheck{want: want, code: mismatch, msg: "The Content-MD5 you specified did not match what we received."})
+	}
+	if v := r.Header.Get("x-oss-hash-crc64ecma"); v != "" && !rc.s3 {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return nil, &digestError{code: "InvalidDigest", msg: "The x-oss-hash-crc64ecma you specified is not valid."}
+		}
+		out = append(out, digestCheck{crc64: true, want: binary.BigEndian.AppendUint64(nil, n), code: "InvalidDigest",
+			msg: "The CRC64 you specified did not match what we received."})
+	}
+	if !rc.s3 {
+		return out, nil
+	}
+	for _, a := range []struct {
+		name string
+		h    func() hash.Hash
+	}{
+		{"crc32", func() hash.Hash { return crc32.NewIEEE() }},
+		{"crc32c", func() hash.Hash { return crc32.New(crc32.MakeTable(crc32.Castagnoli)) }},
+		{"sha1", sha1.New},
+		{"sha256", sha256.New},
+	} {
+		v := r.Header.Get("x-amz-checksum-" + a.name)
+		if v == "" {
+			continue
+		}
+		h := a.h()
+		want, err := base64.StdEncoding.DecodeString(v)
+		if err != nil || len(want) != h.Size() {
+			return nil, &digestError{code: "InvalidRequest", msg: fmt.Sprintf("Value for x-amz-checksum-%s header is invalid.", a.name)}
+		}
+		out = append(out, digestCheck{h: h, want: want, code: "BadDigest",
+			msg: fmt.Sprintf("The %s you specified did not match the calculated checksum.", strings.ToUpper(a.name))})
+	}
+	if v := r.Header.Get("X-Amz-Content-Sha256"); len(v) == 64 {
+		want, err := hex.DecodeString(v)
+		if err == nil {
+			out = append(out, digestCheck{h: sha256.New(), want: want, code: "XAmzContentSHA256Mismatch",
+				msg: "The provided 'x-amz-content-sha256' header does not match what was computed."})
+		}
+	}
+	return out, nil
+}
 
 func (s *Server) receiveError(w http.ResponseWriter, r *http.Request, rc *reqCtx, err error) {
+	var de *digestError
 	switch {
-	case errors.Is(err, errBadDigest):
-		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidDigest", err.Error())
+	case errors.As(err, &de):
+		s.writeError(w, r, rc, http.StatusBadRequest, de.code, de.msg)
 	case errors.Is(err, errBadKey):
 		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidObjectName", err.Error())
 	case errors.Is(err, errConflict):
@@ -266,7 +370,7 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		s.receiveError(w, r, rc, err)
 		return
 	}
-	f, hw, err := s.receive(r)
+	f, hw, err := s.receive(r, rc)
 	if err != nil {
 		s.receiveError(w, r, rc, err)
 		return

@@ -9,11 +9,18 @@ import (
 	"testing"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 )
 
 // rclone runs the real rclone (Debian package rclone) against the
 // emulator as a path-style S3 endpoint.
 func rclone(t *testing.T, e *emu, args ...string) (string, error) {
+	t.Helper()
+	return rcloneWith(t, e, ossemutest.AccessKeySecret, args...)
+}
+
+// rcloneWith runs rclone signing with secret.
+func rcloneWith(t *testing.T, e *emu, secret string, args ...string) (string, error) {
 	t.Helper()
 	path, err := exec.LookPath("rclone")
 	if err != nil {
@@ -29,7 +36,7 @@ func rclone(t *testing.T, e *emu, args ...string) (string, error) {
 	cmd.Env = append(cmd.Env,
 		"RCLONE_CONFIG_EMU_TYPE=s3", "RCLONE_CONFIG_EMU_PROVIDER=Other",
 		"RCLONE_CONFIG_EMU_ENDPOINT=http://"+e.addr, "RCLONE_CONFIG_EMU_FORCE_PATH_STYLE=true",
-		"RCLONE_CONFIG_EMU_ACCESS_KEY_ID=any", "RCLONE_CONFIG_EMU_SECRET_ACCESS_KEY=any")
+		"RCLONE_CONFIG_EMU_ACCESS_KEY_ID="+ossemutest.AccessKeyID, "RCLONE_CONFIG_EMU_SECRET_ACCESS_KEY="+secret)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
@@ -77,5 +84,31 @@ func TestRclone(t *testing.T) {
 	}
 	if out, err := rclone(t, e, "check", filepath.Join(e.root, bucketName), "emu:"+bucketName); err != nil {
 		t.Errorf("rclone check: %v\n%s", err, out)
+	}
+}
+
+// TestRcloneSignatures: rclone's S3 V2 signatures pass as its V4 ones do
+// (TestRclone); a wrong secret is refused with SignatureDoesNotMatch and
+// uploads nothing.
+func TestRcloneSignatures(t *testing.T) {
+	e := start(t, ossemu.Options{})
+	os.MkdirAll(e.path("d"), 0o755)
+	os.WriteFile(e.path("d/seeded.txt"), []byte("seeded"), 0o644)
+	local := t.TempDir()
+	os.WriteFile(filepath.Join(local, "v2.txt"), []byte("signed with v2"), 0o644)
+	if out, err := rclone(t, e, "copy", "--s3-v2-auth", local, "emu:"+bucketName+"/d"); err != nil {
+		t.Fatalf("rclone copy with V2 signatures: %v\n%s", err, out)
+	}
+	out, err := rclone(t, e, "lsf", "--s3-v2-auth", "emu:"+bucketName+"/d")
+	if err != nil || out != "seeded.txt\nv2.txt\n" {
+		t.Fatalf("rclone lsf with V2 signatures: %v\n%s", err, out)
+	}
+	os.WriteFile(filepath.Join(local, "bad.txt"), []byte("x"), 0o644)
+	out, err = rcloneWith(t, e, "wrong-secret", "copy", "--retries", "1", "--low-level-retries", "1", local, "emu:"+bucketName+"/bad")
+	if err == nil || !strings.Contains(out, "SignatureDoesNotMatch") {
+		t.Fatalf("rclone with a wrong secret: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(e.path("bad")); !os.IsNotExist(err) {
+		t.Fatalf("a refused rclone upload left data: %v", err)
 	}
 }

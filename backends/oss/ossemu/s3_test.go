@@ -14,7 +14,8 @@ import (
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 )
 
-// s3Do sends a request the way an S3 client (SigV4, x-amz-* headers) does.
+// s3Do sends a request the way an S3 client (SigV4, x-amz-* headers) does,
+// with a made-up signature: the emulator must accept anonymous requests.
 func s3Do(t *testing.T, e *emu, method, path string, body io.Reader, hdr map[string]string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://"+e.addr+path, body)
@@ -49,7 +50,7 @@ type s3List struct {
 // x-amz-meta-*, ListObjectsV2 paging with URL-encoded keys, copy via
 // x-amz-copy-source, 416 for unsatisfiable ranges, HEAD bucket.
 func TestS3Protocol(t *testing.T) {
-	e := start(t, ossemu.Options{})
+	e := start(t, ossemu.Options{Anonymous: true})
 	// aws-chunked streaming upload (as aws-sdk-go signs them).
 	payload := "hello, s3 world"
 	chunked := fmt.Sprintf("%x;chunk-signature=abc\r\n%s\r\n0;chunk-signature=def\r\n\r\n", len(payload), payload)

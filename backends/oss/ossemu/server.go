@@ -1,6 +1,6 @@
 // Package ossemu serves a local directory over the OSS REST protocol, well
-// enough for the aliyun-oss-go-sdk, and over the S3 REST protocol
-// (path-style), well enough for rclone and s3fs, so peers can be measured
+// enough for the aliyun-oss-go-sdk, and over the S3 REST protocol,
+// well enough for rclone, s3fs and boto3, so peers can be measured
 // against the very same data.
 //
 // Each top-level directory of the root is a bucket and each object a plain
@@ -9,10 +9,11 @@
 // size. Options inject latency (time to first byte), per-connection
 // bandwidth limits and failures (5xx, connection resets, truncated bodies).
 //
-// Signatures are not verified: any OSS (OSS, OSS4-HMAC-SHA256) or S3 (AWS,
-// AWS4-HMAC-SHA256) Authorization header is accepted, unless
-// Options.AccessKeyID is set, in which case requests signed with another
-// access key are refused with 403 InvalidAccessKeyId.
+// Requests must be signed (OSS V1 or V4, S3 V2 or V4, in the Authorization
+// header or a presigned URL) with the configured key pair, as a private
+// bucket demands: see Options.AccessKeyID and Options.Anonymous. Buckets
+// are addressed path-style (host/bucket/key) or virtual-hosted-style
+// (bucket.host/key, see Options.VirtualHosts).
 package ossemu
 
 import (
@@ -28,6 +29,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,8 +55,21 @@ type Options struct {
 	ErrorKinds []FaultKind
 	// Seed seeds the fault generator, so a run can be repeated.
 	Seed uint64
-	// AccessKeyID, when set, is the only access key accepted.
-	AccessKeyID string
+	// AccessKeyID and AccessKeySecret are the key pair requests must be
+	// signed with (OSS V1 or V4, S3 V2 or V4); a request unsigned, signed
+	// with another key or signed wrongly is refused with 403 and the code
+	// the real store uses (AccessDenied, InvalidAccessKeyId,
+	// SignatureDoesNotMatch). Both empty means DefaultAccessKeyID and
+	// DefaultAccessKeySecret.
+	AccessKeyID, AccessKeySecret string
+	// Anonymous accepts any request, signed or not, with any key (unless
+	// AccessKeyID is set: then the key id must still match).
+	Anonymous bool
+	// VirtualHosts are the host names (without port) under which a bucket
+	// is addressed virtual-hosted style, as BUCKET.NAME (what rclone's
+	// Alibaba provider and the SDKs without path style send). "localhost"
+	// when empty. BUCKET.IP (e.g. bkt.127.0.0.1:9000) is always understood.
+	VirtualHosts []string
 	// Log receives one line per failed request at debug level (and the
 	// server's own errors). Nil discards.
 	Log *slog.Logger
@@ -66,14 +81,19 @@ const StatsPath = "/_mlfsd/stats"
 // Server is the emulator. It implements http.Handler; use Serve to serve a
 // listener with per-connection bandwidth limits and fault injection.
 type Server struct {
-	root      string
-	opt       Options
-	log       *slog.Logger
-	crcFlight singleflight.Group
-	reqSeq    atomic.Uint64
+	root       string
+	opt        Options
+	log        *slog.Logger
+	crcFlight  singleflight.Group
+	hashFlight singleflight.Group // hashing of seeded files, by path, size and mtime
+	// appendMu serializes appends, and orders them with the recording of
+	// a seeded file's hash (see statMeta). Lock order: appendMu, then mu.
+	appendMu sync.Mutex
+	reqSeq   atomic.Uint64
 
 	mu      sync.Mutex // guards the fields below
 	stats   map[string]int64
+	hashed  map[string]meta // records of seeded files whose xattr cannot be written
 	rng     *mrand.Rand
 	errRate float64
 	kinds   []FaultKind
@@ -113,6 +133,14 @@ func New(root string, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("emulator root %s: the filesystem does not support user extended attributes (%v); use a directory on ext4, xfs, btrfs or tmpfs", abs, err)
 	}
+	switch {
+	case opt.AccessKeyID == "" && opt.AccessKeySecret == "" && !opt.Anonymous:
+		opt.AccessKeyID, opt.AccessKeySecret = DefaultAccessKeyID, DefaultAccessKeySecret
+	case opt.AccessKeySecret == "" && !opt.Anonymous:
+		return nil, fmt.Errorf("access key id %q has no secret: set both, or neither for the default pair, or accept anonymous requests", opt.AccessKeyID)
+	case opt.AccessKeyID == "" && opt.AccessKeySecret != "":
+		return nil, errors.New("an access key secret was given without its access key id")
+	}
 	log := opt.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -124,6 +152,7 @@ func New(root string, opt Options) (*Server, error) {
 	return &Server{
 		root: abs, opt: opt, log: log,
 		stats:   map[string]int64{},
+		hashed:  map[string]meta{},
 		rng:     mrand.New(mrand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
 		errRate: opt.ErrorRate,
 		kinds:   kinds,
@@ -217,6 +246,7 @@ type reqCtx struct {
 	bucket string
 	key    string
 	s3     bool   // the client speaks S3 (x-amz-* headers) rather than OSS
+	vhost  bool   // the bucket came from the Host header (virtual-hosted style)
 	id     string // request id
 	fault  FaultKind
 }
@@ -227,37 +257,36 @@ func (s *Server) newRequestID() string {
 	return fmt.Sprintf("%016X%s", s.reqSeq.Add(1), strings.ToUpper(hex.EncodeToString(b[:])))
 }
 
-// accessKey extracts the access key id from an Authorization header (or
-// the presigned-URL query), and whether the client speaks S3.
-func accessKey(r *http.Request) (ak string, s3 bool, ok bool) {
-	auth := r.Header.Get("Authorization")
-	q := r.URL.Query()
-	switch {
-	case auth == "":
-		if v := q.Get("OSSAccessKeyId"); v != "" {
-			return v, false, true
-		}
-		if v := q.Get("X-Amz-Credential"); v != "" {
-			ak, _, _ := strings.Cut(v, "/")
-			return ak, true, true
-		}
-		return "", r.Header.Get("X-Amz-Date") != "" || r.Header.Get("X-Amz-Content-Sha256") != "", true // anonymous
-	case strings.HasPrefix(auth, "OSS "):
-		ak, _, _ := strings.Cut(strings.TrimPrefix(auth, "OSS "), ":")
-		return ak, false, true
-	case strings.HasPrefix(auth, "AWS "):
-		ak, _, _ := strings.Cut(strings.TrimPrefix(auth, "AWS "), ":")
-		return ak, true, true
-	case strings.HasPrefix(auth, "OSS4-HMAC-SHA256 "), strings.HasPrefix(auth, "AWS4-HMAC-SHA256 "):
-		s3 := strings.HasPrefix(auth, "AWS4")
-		_, rest, found := strings.Cut(auth, "Credential=")
-		if !found {
-			return "", s3, false
-		}
-		ak, _, _ := strings.Cut(rest, "/")
-		return strings.TrimSpace(ak), s3, true
+// hostBucket returns the bucket a virtual-hosted-style Host header names,
+// or "" for a path-style request.
+func (s *Server) hostBucket(host string) string {
+	h, _, err := net.SplitHostPort(host)
+	if err != nil {
+		h = host
 	}
-	return "", false, false
+	h = strings.TrimSuffix(strings.ToLower(h), ".")
+	if net.ParseIP(h) != nil {
+		return ""
+	}
+	bases := s.opt.VirtualHosts
+	if len(bases) == 0 {
+		bases = []string{"localhost"}
+	}
+	for i := 0; i < len(h); i++ {
+		if h[i] != '.' || i == 0 {
+			continue
+		}
+		rest := h[i+1:]
+		if net.ParseIP(rest) != nil {
+			return h[:i]
+		}
+		for _, base := range bases {
+			if strings.EqualFold(rest, base) {
+				return h[:i]
+			}
+		}
+	}
+	return ""
 }
 
 // ServeHTTP implements http.Handler.
@@ -274,17 +303,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Server", "ossemu")
 	s.count("requests")
 
-	ak, s3, ok := accessKey(r)
-	rc.s3 = s3
-	if p := strings.TrimPrefix(r.URL.Path, "/"); p != "" {
+	if b := s.hostBucket(r.Host); b != "" {
+		rc.bucket, rc.key, rc.vhost = b, strings.TrimPrefix(r.URL.Path, "/"), true
+	} else if p := strings.TrimPrefix(r.URL.Path, "/"); p != "" {
 		rc.bucket, rc.key, _ = strings.Cut(p, "/")
 	}
-	if !ok {
-		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidArgument", "unsupported Authorization header (want OSS, OSS4-HMAC-SHA256, AWS or AWS4-HMAC-SHA256)")
-		return
-	}
-	if s.opt.AccessKeyID != "" && ak != s.opt.AccessKeyID {
-		s.writeError(w, r, rc, http.StatusForbidden, "InvalidAccessKeyId", "The OSS Access Key Id you provided does not exist in our records.")
+	if e := s.authenticate(r, rc); e != nil {
+		s.count("AuthFailed")
+		s.writeError(w, r, rc, e.status, e.code, e.msg)
 		return
 	}
 	if d := s.opt.TTFB; d > 0 {
@@ -326,7 +352,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 			s.handleListBuckets(w, r, rc)
 			return
 		}
-		s.notImplemented(w, r, rc)
+		s.methodNotAllowed(w, r, rc)
 		return
 	}
 	if !checkBucket(rc.bucket) {
@@ -341,7 +367,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 				s.handleLocation(w, r, rc)
 			case q.Has("uploads"):
 				s.handleListUploads(w, r, rc)
-			case q.Has("acl"), q.Has("versioning"), q.Has("bucketInfo"), q.Has("tagging"), q.Has("policy"), q.Has("lifecycle"), q.Has("cors"):
+			case q.Has("acl"), q.Has("versioning"), q.Has("tagging"), q.Has("policy"), q.Has("lifecycle"), q.Has("cors"):
+				s.handleBucketConfig(w, r, rc, q)
+			case q.Has("bucketInfo"):
 				s.notImplemented(w, r, rc)
 			default:
 				s.handleList(w, r, rc)
@@ -381,7 +409,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 			}
 			s.notImplemented(w, r, rc)
 		default:
-			s.notImplemented(w, r, rc)
+			s.methodNotAllowed(w, r, rc)
 		}
 		return
 	}
@@ -393,6 +421,14 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	case http.MethodGet, http.MethodHead:
 		if q.Has("symlink") && r.Method == http.MethodGet {
 			s.handleGetSymlink(w, r, rc)
+			return
+		}
+		if q.Has("uploadId") && r.Method == http.MethodGet {
+			s.handleListParts(w, r, rc)
+			return
+		}
+		if (q.Has("acl") || q.Has("tagging")) && r.Method == http.MethodGet {
+			s.handleObjectConfig(w, r, rc, q)
 			return
 		}
 		if q.Has("uploadId") || q.Has("acl") || q.Has("tagging") || q.Has("symlink") {
@@ -419,8 +455,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 			s.handleInitiate(w, r, rc)
 		case q.Has("uploadId"):
 			s.handleComplete(w, r, rc)
+		case q.Has("append") && !rc.s3:
+			s.handleAppend(w, r, rc)
 		default:
-			s.notImplemented(w, r, rc)
+			s.methodNotAllowed(w, r, rc)
 		}
 	case http.MethodDelete:
 		if q.Has("uploadId") {
@@ -435,7 +473,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	default:
-		s.notImplemented(w, r, rc)
+		s.methodNotAllowed(w, r, rc)
 	}
 }
 
@@ -471,6 +509,77 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, rc *reqCtx, 
 	s.writeXML(w, r, rc, status, xmlError{Code: code, Message: msg, RequestID: rc.id, HostID: r.Host, Key: rc.key, Bucket: rc.bucket})
 }
 
+// methodNotAllowed answers a request the stores do not define (a method,
+// or a POST without a known sub-resource) as they do.
+func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
+	s.count("MethodNotAllowed")
+	w.Header().Set("Allow", "GET, HEAD, PUT, POST, DELETE")
+	s.writeError(w, r, rc, http.StatusMethodNotAllowed, "MethodNotAllowed", "The specified method is not allowed against this resource.")
+}
+
+type xmlACL struct {
+	XMLName xml.Name `xml:"AccessControlPolicy"`
+	Owner   owner    `xml:"Owner"`
+	Grant   string   `xml:"AccessControlList>Grant"`
+}
+
+type xmlTagging struct {
+	XMLName xml.Name `xml:"Tagging"`
+	TagSet  struct{} `xml:"TagSet"`
+}
+
+type xmlVersioning struct {
+	XMLName xml.Name `xml:"VersioningConfiguration"`
+}
+
+// handleBucketConfig answers reads of bucket settings with what a new
+// private bucket has: ACL private, no tags, versioning never enabled, and
+// no lifecycle, CORS or policy (404 with the store's code).
+func (s *Server) handleBucketConfig(w http.ResponseWriter, r *http.Request, rc *reqCtx, q url.Values) {
+	rc.op = "GetBucketConfig"
+	s.count(rc.op)
+	if !s.bucketExists(rc.bucket) {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+		return
+	}
+	switch {
+	case q.Has("acl"):
+		s.writeXML(w, r, rc, http.StatusOK, xmlACL{Owner: owner{ID: "ossemu", DisplayName: "ossemu"}, Grant: "private"})
+	case q.Has("tagging"):
+		s.writeXML(w, r, rc, http.StatusOK, xmlTagging{})
+	case q.Has("versioning"):
+		s.writeXML(w, r, rc, http.StatusOK, xmlVersioning{})
+	case q.Has("lifecycle"):
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchLifecycle", "No Row found in Lifecycle Table.")
+	case q.Has("cors"):
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchCORSConfiguration", "The CORS configuration does not exist.")
+	case q.Has("policy"):
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucketPolicy", "The bucket policy does not exist.")
+	}
+}
+
+// handleObjectConfig answers reads of an object's ACL (OSS: "default",
+// inherited from the bucket) and tags (none).
+func (s *Server) handleObjectConfig(w http.ResponseWriter, r *http.Request, rc *reqCtx, q url.Values) {
+	rc.op = "GetObjectConfig"
+	s.count(rc.op)
+	if oi, err := s.lookup(rc.bucket, rc.key); err != nil || oi.isDir != strings.HasSuffix(rc.key, "/") {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified key does not exist.")
+		return
+	}
+	if q.Has("acl") {
+		grant := "default"
+		if rc.s3 {
+			grant = "private"
+		}
+		s.writeXML(w, r, rc, http.StatusOK, xmlACL{Owner: owner{ID: "ossemu", DisplayName: "ossemu"}, Grant: grant})
+		return
+	}
+	s.writeXML(w, r, rc, http.StatusOK, xmlTagging{})
+}
+
+// notImplemented answers an operation the stores have but the emulator
+// does not (changing ACLs, tags and bucket settings, symlinks, ...).
 func (s *Server) notImplemented(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	s.count("NotImplemented")
 	s.writeError(w, r, rc, http.StatusNotImplemented, "NotImplemented", fmt.Sprintf("ossemu does not implement %s %s?%s", r.Method, r.URL.Path, r.URL.RawQuery))

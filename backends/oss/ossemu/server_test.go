@@ -43,7 +43,7 @@ func start(t testing.TB, opt ossemu.Options) *emu {
 		t.Fatal(err)
 	}
 	srv, endpoint := ossemutest.Start(t, root, opt)
-	client, err := alioss.New(endpoint, "any-id", "any-secret", alioss.ForcePathStyle(true), alioss.EnableCRC(true))
+	client, err := alioss.New(endpoint, ossemutest.AccessKeyID, ossemutest.AccessKeySecret, alioss.ForcePathStyle(true), alioss.EnableCRC(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +533,7 @@ func TestStreamsLargeObjects(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large object in -short mode")
 	}
-	e := start(t, ossemu.Options{})
+	e := start(t, ossemu.Options{Anonymous: true})
 	const size = 512 << 20
 	var before, after runtime.MemStats
 	runtime.GC()

@@ -48,14 +48,17 @@ const emptyMD5 = "D41D8CD98F00B204E9800998ECF8427E"
 
 // meta is the metadata record of one object.
 type meta struct {
-	Size      int64             `json:"size"`
-	MtimeNs   int64             `json:"mtime_ns"`
-	ETag      string            `json:"etag"`            // without quotes
-	CRC64     uint64            `json:"crc64"`           // valid when HasCRC
-	HasCRC    bool              `json:"has_crc"`         // false for seeded files until first computed
-	Multipart bool              `json:"multipart"`       // object type "Multipart" rather than "Normal"
-	CType     string            `json:"ctype,omitempty"` // Content-Type
-	User      map[string]string `json:"user,omitempty"`  // user metadata, keys lower-case without prefix
+	Size      int64  `json:"size"`
+	MtimeNs   int64  `json:"mtime_ns"`
+	ETag      string `json:"etag"`      // without quotes
+	CRC64     uint64 `json:"crc64"`     // valid when HasCRC
+	HasCRC    bool   `json:"has_crc"`   // false for seeded files until first computed
+	Multipart bool   `json:"multipart"` // object type "Multipart" rather than "Normal"
+	// Appendable marks an object made by AppendObject (type "Appendable"):
+	// only such an object (or none) can be appended to.
+	Appendable bool              `json:"appendable,omitempty"`
+	CType      string            `json:"ctype,omitempty"` // Content-Type
+	User       map[string]string `json:"user,omitempty"`  // user metadata, keys lower-case without prefix
 
 	// Symlink is a symlink object's target, URL-escaped (symlink.go).
 	Symlink string `json:"symlink,omitempty"`
@@ -149,29 +152,84 @@ func isMarker(path string) bool {
 	return err == nil
 }
 
-// statMeta returns the metadata of a regular file, falling back to a record
-// derived from the file's identity when it has none (or a stale one): the
-// ETag is then a digest of inode, size and mtime (hashing the content of a
-// large seeded tree on first listing would take minutes), and the CRC is
-// unknown until a whole-object read computes it.
-func statMeta(path string, fi fs.FileInfo) meta {
+// statMeta returns the metadata of a regular file. A file without a record
+// (seeded with ordinary tools) or with a stale one (changed since) is
+// hashed once, on first use: its ETag is then the MD5 of its content, as
+// for an object PUT in one piece, so clients that compare MD5s (rclone
+// check, s3fs) can. The result is
+// stored in the file's extended attribute, keyed by size and mtime; on a
+// read-only tree it is kept in memory under the same key.
+func (s *Server) statMeta(path string, fi fs.FileInfo) meta {
 	mt := fi.ModTime().UnixNano()
 	if m, ok := readMeta(path); ok && m.Size == fi.Size() && m.MtimeNs == mt {
 		return m
 	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
+	key := fmt.Sprintf("%s\x00%d\x00%d", path, fi.Size(), mt)
+	s.mu.Lock()
+	m, ok := s.hashed[key]
+	s.mu.Unlock()
+	if ok {
+		return m
 	}
-	h := md5.New()
-	var b [24]byte
-	binary.LittleEndian.PutUint64(b[0:], ino)
-	binary.LittleEndian.PutUint64(b[8:], uint64(fi.Size()))
-	binary.LittleEndian.PutUint64(b[16:], uint64(mt))
-	h.Write(b[:])
-	// The "-1" suffix marks it as not an MD5 of the content (as S3 does for
-	// multipart objects), so S3 clients like rclone do not check it as one.
-	return meta{Size: fi.Size(), MtimeNs: mt, ETag: strings.ToUpper(hex.EncodeToString(h.Sum(nil))) + "-1"}
+	v, err, _ := s.hashFlight.Do(key, func() (any, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		// MD5 only (assembly, fast): the CRC64, needed only by whole-object
+		// reads, is computed by the first of them (ensureCRC).
+		h := md5.New()
+		n, err := io.Copy(h, f)
+		if err != nil {
+			return nil, err
+		}
+		fi2, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		if fi2.Size() != fi.Size() || fi2.ModTime().UnixNano() != mt || n != fi.Size() {
+			return nil, fmt.Errorf("%s changed while hashing", path)
+		}
+		m := meta{Size: fi.Size(), MtimeNs: mt, ETag: strings.ToUpper(hex.EncodeToString(h.Sum(nil)))}
+		if old, ok := readMeta(path); ok {
+			m.CType, m.User = old.CType, old.User // changed in place: keep what it was written with
+		}
+		// An append may have finished meanwhile: its record wins. The
+		// lock keeps an append from landing between this check and the
+		// write.
+		s.appendMu.Lock()
+		defer s.appendMu.Unlock()
+		if cur, ok := readMeta(path); ok && cur.Size == fi.Size() && cur.MtimeNs == mt {
+			return cur, nil
+		}
+		if fi3, err := os.Stat(path); err != nil || fi3.Size() != fi.Size() || fi3.ModTime().UnixNano() != mt {
+			return nil, fmt.Errorf("%s changed while hashing", path)
+		}
+		if writeMetaPath(path, m) != nil {
+			s.mu.Lock()
+			s.hashed[key] = m
+			s.mu.Unlock()
+		}
+		return m, nil
+	})
+	if err != nil {
+		// Changing under us: an ETag that names this version of the file
+		// (inode, size, mtime) and does not pretend to be its MD5.
+		s.log.Debug("ossemu: cannot hash seeded file", "path", path, "err", err)
+		var ino uint64
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		h := md5.New()
+		var b [24]byte
+		binary.LittleEndian.PutUint64(b[0:], ino)
+		binary.LittleEndian.PutUint64(b[8:], uint64(fi.Size()))
+		binary.LittleEndian.PutUint64(b[16:], uint64(mt))
+		h.Write(b[:])
+		return meta{Size: fi.Size(), MtimeNs: mt, ETag: strings.ToUpper(hex.EncodeToString(h.Sum(nil))) + "-1"}
+	}
+	return v.(meta)
 }
 
 // lookup finds one object, following a symlink object to its target. A key
@@ -203,7 +261,7 @@ func (s *Server) lookupRaw(bucket, key string) (objInfo, error) {
 	if !fi.Mode().IsRegular() {
 		return objInfo{}, fs.ErrNotExist
 	}
-	return objInfo{meta: statMeta(p, fi), path: p, mtime: fi.ModTime()}, nil
+	return objInfo{meta: s.statMeta(p, fi), path: p, mtime: fi.ModTime()}, nil
 }
 
 // ensureCRC fills in the CRC of a seeded file (hashing it once, then

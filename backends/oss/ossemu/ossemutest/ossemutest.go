@@ -9,9 +9,18 @@ import (
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 )
 
+// The key pair Start's emulator accepts (unless the options name another
+// or ask for anonymous access): clients in tests sign with these.
+const (
+	AccessKeyID     = ossemu.DefaultAccessKeyID
+	AccessKeySecret = ossemu.DefaultAccessKeySecret
+)
+
 // Start serves root (DIR/<bucket>/<key>) with opt on a free loopback port
 // until the test ends, and returns the server and its endpoint
-// ("http://127.0.0.1:PORT"). An error from the server fails the test.
+// ("http://127.0.0.1:PORT"). Requests must be signed with AccessKeyID and
+// AccessKeySecret when opt sets no keys. An error from the server fails
+// the test.
 func Start(t testing.TB, root string, opt ossemu.Options) (*ossemu.Server, string) {
 	t.Helper()
 	srv, err := ossemu.New(root, opt)
