@@ -42,6 +42,8 @@ func BenchmarkDaemonSharedColdRead(b *testing.B) {
 		}
 	}
 	srv, endpoint := ossemutest.Start(b, root, ossemu.Options{})
+	b.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	b.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 
 	// phase mounts the dataset n times on a fresh daemon (cold cache) and
 	// has n jobs read all of it at once; it returns the aggregate MB/s and

@@ -183,6 +183,9 @@ func TestDaemonSharesCacheAcrossClients(t *testing.T) {
 	shard := randomBytes(t, 24<<20+7)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "shard.bin"), shard, 0o644)
 	srv, endpoint := ossemutest.Start(t, root, ossemu.Options{})
+	// The daemon (a child) and the clients sign with the emulator's pair.
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	d := startNodeDaemon(t, t.TempDir(), "--oss-endpoint", endpoint, "--cache-memory", "256MiB")
 
 	a, b := t.TempDir(), t.TempDir()
@@ -421,6 +424,9 @@ func TestDaemonHealsAfterSIGKILL(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "bkt", "out"), 0o755)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "in.txt"), []byte("input"), 0o644)
 	srv, endpoint := ossemutest.Start(t, root, ossemu.Options{})
+	// The daemon (a child) and the clients sign with the emulator's pair.
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	dir := t.TempDir()
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
 	in, out := t.TempDir(), t.TempDir()
