@@ -135,8 +135,8 @@ func TestRunOverOSSEmulator(t *testing.T) {
 	}
 	_, endpoint := ossemutest.Start(t, root, ossemu.Options{})
 	ctx := context.Background()
-	t.Setenv("OSS_ACCESS_KEY_ID", "bench")
-	t.Setenv("OSS_ACCESS_KEY_SECRET", "bench-secret")
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	u, err := backends.ParseURI("oss://bench/")
 	if err != nil {
 		t.Fatal(err)

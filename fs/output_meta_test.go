@@ -24,8 +24,8 @@ import (
 // prefix (oss://bkt/out/), so a test can mount it again.
 func newOSSEmu(t *testing.T) func() backends.Backend {
 	t.Helper()
-	t.Setenv("OSS_ACCESS_KEY_ID", "test-id")
-	t.Setenv("OSS_ACCESS_KEY_SECRET", "test-secret")
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	t.Setenv("OSS_SESSION_TOKEN", "")
 	root := t.TempDir()
 	must(t, os.Mkdir(filepath.Join(root, "bkt"), 0o755))

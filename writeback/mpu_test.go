@@ -20,8 +20,8 @@ import (
 // finds its ID recorded in the staging dir, aborts it, and uploads the
 // file again. Against the OSS emulator.
 func TestCrashDuringMultipartAbortsIt(t *testing.T) {
-	t.Setenv("OSS_ACCESS_KEY_ID", "test-id")
-	t.Setenv("OSS_ACCESS_KEY_SECRET", "test-secret")
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	t.Setenv("OSS_SESSION_TOKEN", "")
 	t.Setenv("OSS_ENDPOINT", "")
 	root := t.TempDir()
@@ -88,7 +88,7 @@ func TestCrashDuringMultipartAbortsIt(t *testing.T) {
 // openUploads lists the multipart uploads in progress (ListMultipartUploads).
 func openUploads(t *testing.T, endpoint string) int {
 	t.Helper()
-	c, err := alioss.New(endpoint, "test-id", "test-secret", alioss.ForcePathStyle(true))
+	c, err := alioss.New(endpoint, ossemutest.AccessKeyID, ossemutest.AccessKeySecret, alioss.ForcePathStyle(true))
 	must(t, err)
 	bkt, err := c.Bucket("bkt")
 	must(t, err)

@@ -311,7 +311,7 @@ func TestCSISanityOSS(t *testing.T) {
 		t.Fatal(err)
 	}
 	const keyID, secret = "sanity-key-id", "sanity-secret-d3adb33f"
-	_, ossEndpoint := ossemutest.Start(t, store, ossemu.Options{AccessKeyID: keyID})
+	_, ossEndpoint := ossemutest.Start(t, store, ossemu.Options{AccessKeyID: keyID, AccessKeySecret: secret})
 	// Mounts go through the node daemon here (the NAS run mounts in the
 	// plugin's own process).
 	d := startNodeDaemon(t, filepath.Join(root, "daemon"), "--oss-endpoint", ossEndpoint)

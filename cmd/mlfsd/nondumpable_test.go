@@ -39,7 +39,7 @@ func TestJobOfSameUserCannotReadEnviron(t *testing.T) {
 	start := func(stderr *syncBuffer, name string, args ...string) *exec.Cmd {
 		cmd := exec.Command(name, args...)
 		cmd.Dir = "/"
-		cmd.Env = []string{"MLFSD_TEST_MAIN=1", secret, "PATH=/usr/bin:/bin"}
+		cmd.Env = []string{"MLFSD_TEST_MAIN=1", "OSS_ACCESS_KEY_ID=nondumpable-test", secret, "PATH=/usr/bin:/bin"}
 		cmd.SysProcAttr = nobody
 		cmd.Stderr = stderr
 		if err := cmd.Start(); err != nil {

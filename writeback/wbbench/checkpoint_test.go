@@ -48,8 +48,8 @@ func BenchmarkCheckpoint(b *testing.B) {
 		}
 		size = int64(n) << 20
 	}
-	b.Setenv("OSS_ACCESS_KEY_ID", "bench-id")
-	b.Setenv("OSS_ACCESS_KEY_SECRET", "bench-secret")
+	b.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	b.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	b.Setenv("OSS_SESSION_TOKEN", "")
 	b.Setenv("OSS_ENDPOINT", "")
 	be := startEmulator(b)

@@ -25,8 +25,8 @@ import (
 // server and the OSS backend opened on one of its buckets.
 func emulator(t testing.TB, opt ossemu.Options, retry oss.RetryOptions) (*ossemu.Server, backends.Backend) {
 	t.Helper()
-	t.Setenv("OSS_ACCESS_KEY_ID", "test-id")
-	t.Setenv("OSS_ACCESS_KEY_SECRET", "test-secret")
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	t.Setenv("OSS_SESSION_TOKEN", "")
 	t.Setenv("OSS_ENDPOINT", "")
 	root := t.TempDir()
