@@ -8,48 +8,14 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mlfsd/mlfsd/fs/mountinfo"
 )
 
 // MountedAs reports whether path is a mountpoint of type fstype.
 func MountedAs(path, fstype string) (bool, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if ok && len(f) > 4 && len(g) > 0 && unescapeOctal(f[4]) == path && g[0] == fstype {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-func unescapeOctal(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			okOct := true
-			for _, c := range []byte(s[i+1 : i+4]) {
-				if c < '0' || c > '7' {
-					okOct = false
-				}
-				v = v<<3 | (c - '0')
-			}
-			if okOct {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	m, ok, err := mountinfo.Lookup(path)
+	return ok && m.FSType == fstype, err
 }
 
 // servesTarget reports whether pid is still the `mlfsd mount` of target
