@@ -30,12 +30,11 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/mlfsd/mlfsd/backends"
-	mfs "github.com/mlfsd/mlfsd/fs"
 )
 
 var (
-	_ mfs.Source      = (*Cache)(nil)
-	_ mfs.SliceReader = (*handle)(nil)
+	_ Source      = (*Cache)(nil)
+	_ SliceReader = (*handle)(nil)
 )
 
 // writeQueueBytes bounds the blocks waiting for the disk tier. Past it,
@@ -47,7 +46,7 @@ const writeQueueBytes = 32 * MiB
 const setWaitEvery = 16
 
 // Cache is a read-through block cache over any number of backends. It
-// implements fs.Source. It is safe for concurrent use.
+// implements Source. It is safe for concurrent use.
 type Cache struct {
 	opt   Options
 	log   *slog.Logger
@@ -212,9 +211,9 @@ func (c *Cache) Stats() Stats {
 	}
 }
 
-// Open implements fs.Source: it pins the object's cache entry for the life
+// Open implements Source: it pins the object's cache entry for the life
 // of the handle and, for a small object, starts fetching it whole.
-func (c *Cache) Open(ctx context.Context, b backends.Backend, info backends.ObjectInfo) (mfs.Handle, error) {
+func (c *Cache) Open(ctx context.Context, b backends.Backend, info backends.ObjectInfo) (Handle, error) {
 	if info.IsDir {
 		return nil, backends.Wrap("open", info.Key, backends.ErrIsDir, nil)
 	}

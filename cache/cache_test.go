@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/mlfsd/mlfsd/backends"
-	mfs "github.com/mlfsd/mlfsd/fs"
 )
 
 func newTestCache(t *testing.T, opt Options) *Cache {
@@ -32,7 +31,7 @@ func newTestCache(t *testing.T, opt Options) *Cache {
 	return c
 }
 
-func open(t *testing.T, c *Cache, b backends.Backend, info backends.ObjectInfo) mfs.Handle {
+func open(t *testing.T, c *Cache, b backends.Backend, info backends.ObjectInfo) Handle {
 	t.Helper()
 	h, err := c.Open(context.Background(), b, info)
 	if err != nil {
@@ -42,7 +41,7 @@ func open(t *testing.T, c *Cache, b backends.Backend, info backends.ObjectInfo) 
 }
 
 // readAll reads h sequentially in chunk-sized reads, as the kernel does.
-func readAll(t *testing.T, h mfs.Handle, size int64, chunk int) []byte {
+func readAll(t *testing.T, h Handle, size int64, chunk int) []byte {
 	t.Helper()
 	out := make([]byte, 0, size)
 	buf := make([]byte, chunk)
@@ -632,7 +631,7 @@ func TestReadSlicesMatchReadAt(t *testing.T) {
 	info := b.put("obj", data)
 	c := newTestCache(t, Options{Dir: t.TempDir()})
 	h := open(t, c, b, info)
-	sr := h.(mfs.SliceReader)
+	sr := h.(SliceReader)
 	r := rand.New(rand.NewPCG(5, 6))
 	for i := range 200 {
 		off := r.Int64N(int64(len(data)) + 10)
@@ -670,7 +669,7 @@ func TestReadSlicesMatchReadAt(t *testing.T) {
 	if fd, ok := h2.(interface{ PassthroughFd() (int, bool) }).PassthroughFd(); !ok || fd < 0 {
 		t.Fatalf("the object should be complete on disk after a full read")
 	}
-	vecs, err = h2.(mfs.SliceReader).ReadSlices(context.Background(), p, MiB+5)
+	vecs, err = h2.(SliceReader).ReadSlices(context.Background(), p, MiB+5)
 	if err != nil || len(vecs) != 2 || !bytes.Equal(bytes.Join(vecs, nil), data[MiB+5:2*MiB+5]) {
 		t.Fatalf("from disk: %d slices, err %v; want 2 (two blocks) with the object's bytes", len(vecs), err)
 	}

@@ -7,7 +7,7 @@ import (
 	"sync"
 )
 
-// handle is one open object. It implements fs.Handle and, for a file
+// handle is one open object. It implements Handle and, for a file
 // complete on disk at open, PassthroughFd.
 type handle struct {
 	c   *Cache
@@ -35,7 +35,7 @@ func (h *handle) PassthroughFd() (int, bool) {
 	return h.ptFd, true
 }
 
-// ReadAt implements fs.Handle.
+// ReadAt implements Handle.
 func (h *handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	n := 0
 	err := h.read(ctx, p, off, func(v []byte) {
@@ -47,7 +47,7 @@ func (h *handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// ReadSlices implements fs.SliceReader: blocks in memory are answered with
+// ReadSlices implements SliceReader: blocks in memory are answered with
 // slices of themselves (never modified once fetched), so the FUSE reply is
 // written from them without a copy; what comes from disk is read into p.
 func (h *handle) ReadSlices(ctx context.Context, p []byte, off int64) ([][]byte, error) {
@@ -208,7 +208,7 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 	return nil, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
 }
 
-// Close implements fs.Handle: it unpins the entry (so it may be evicted
+// Close implements Handle: it unpins the entry (so it may be evicted
 // again), or hands the pin to a background completion of the disk copy.
 func (h *handle) Close() error {
 	h.mu.Lock()
