@@ -172,14 +172,23 @@ type Stats struct {
 	// MemoryHits, DiskHits and FetchWaits count blocks served from each
 	// tier, or by waiting for a fetch in flight.
 	MemoryHits, DiskHits, FetchWaits int64
+	// BytesServed counts the bytes reads through the daemon were answered
+	// with, from any tier or a fetch; MemoryHitBytes and DiskHitBytes are
+	// the parts of it found in the memory and the disk tier.
+	BytesServed, MemoryHitBytes, DiskHitBytes int64
+	// PassthroughBytes counts the sizes of the files handed to the kernel
+	// for passthrough, at open: the kernel reads those without us, so this
+	// is what was handed over, not what was read.
+	PassthroughBytes int64
 	// PassthroughOpens counts opens that offered a passthrough fd.
 	PassthroughOpens int64
 	// Evictions counts objects removed from the disk tier.
 	Evictions int64
 	// WarmedFiles counts small objects fetched ahead by directory warming.
 	WarmedFiles int64
-	// DiskBytes is what the disk tier holds now.
-	DiskBytes int64
+	// DiskBytes is what the disk tier holds now, MemoryBytes what the
+	// memory tier holds now (blocks waiting to be read and blocks kept).
+	DiskBytes, MemoryBytes int64
 }
 
 type counters struct {
@@ -188,6 +197,7 @@ type counters struct {
 	memoryHits, diskHits, fetchWaits atomic.Int64
 	passthroughOpens, evictions      atomic.Int64
 	warmedFiles                      atomic.Int64
+	bytes                            tierBytes
 }
 
 // Stats returns the current counters.
@@ -204,23 +214,40 @@ func (c *Cache) Stats() Stats {
 		MemoryHits:       s.memoryHits.Load(),
 		DiskHits:         s.diskHits.Load(),
 		FetchWaits:       s.fetchWaits.Load(),
+		BytesServed:      s.bytes.served.Load(),
+		MemoryHitBytes:   s.bytes.memory.Load(),
+		DiskHitBytes:     s.bytes.disk.Load(),
+		PassthroughBytes: s.bytes.passthrough.Load(),
 		PassthroughOpens: s.passthroughOpens.Load(),
 		Evictions:        s.evictions.Load(),
 		WarmedFiles:      s.warmedFiles.Load(),
 		DiskBytes:        used,
+		MemoryBytes:      c.memoryBytes(),
 	}
 }
 
+// memoryBytes is what the memory tier holds: the ready buffer and the
+// ristretto tier's admitted cost (its bound less what remains).
+func (c *Cache) memoryBytes() int64 {
+	return c.ready.size() + c.mem.MaxCost() - c.mem.RemainingCost()
+}
+
 // Open implements Source: it pins the object's cache entry for the life
-// of the handle and, for a small object, starts fetching it whole.
+// of the handle and, for a small object, starts fetching it whole. Its
+// reads are counted in the cache's Stats only; a mount that wants its own
+// counters opens through a View.
 func (c *Cache) Open(ctx context.Context, b backends.Backend, info backends.ObjectInfo) (Handle, error) {
+	return c.open(nil, b, info)
+}
+
+func (c *Cache) open(v *View, b backends.Backend, info backends.ObjectInfo) (Handle, error) {
 	if info.IsDir {
 		return nil, backends.Wrap("open", info.Key, backends.ErrIsDir, nil)
 	}
 	if info.Size == 0 {
 		return emptyHandle{}, nil
 	}
-	src := source{b: b, key: info.Key, version: info.Version}
+	src := source{b: b, key: info.Key, version: info.Version, view: v}
 	e, err := c.pin(objectID(b.ID(), info.Key, info.Version), info.Size)
 	if err != nil {
 		return nil, err
@@ -239,7 +266,7 @@ func (c *Cache) Open(ctx context.Context, b backends.Backend, info backends.Obje
 		// small files opened by parallel readers load in parallel; and
 		// a directory whose files keep missing the cache is warmed.
 		e.ensure(src, 0, e.nblocks-1, e.nblocks, false)
-		c.noteSmallOpen(b, info.Key)
+		c.noteSmallOpen(src)
 	}
 	return h, nil
 }
@@ -278,7 +305,8 @@ func (c *Cache) Close() error {
 	st := c.Stats()
 	c.log.Info("cache: closed", "backend_requests", st.BackendRequests, "backend_bytes", st.BackendBytes,
 		"daemon_reads", st.Reads, "random_reads", st.RandomReads, "memory_hits", st.MemoryHits, "disk_hits", st.DiskHits,
-		"passthrough_opens", st.PassthroughOpens, "evictions", st.Evictions, "warmed_files", st.WarmedFiles, "disk_bytes", st.DiskBytes)
+		"memory_hit_bytes", st.MemoryHitBytes, "disk_hit_bytes", st.DiskHitBytes,
+		"passthrough_opens", st.PassthroughOpens, "passthrough_bytes", st.PassthroughBytes, "evictions", st.Evictions, "warmed_files", st.WarmedFiles, "disk_bytes", st.DiskBytes)
 	return errors.Join(errs...)
 }
 

@@ -57,6 +57,9 @@ type source struct {
 	b       backends.Backend
 	key     string
 	version string
+	// view is the mount whose read or open started the fetch (nil for
+	// Cache.Open): its BackendBytes count what the fetch reads.
+	view *View
 	// warm marks fetches nobody waits for yet: they may use free room in
 	// the disk tier but never evict for it.
 	warm bool
@@ -196,6 +199,9 @@ func (e *entry) fetch(src source, first int64, fetches []*blockFetch) {
 			var n int
 			n, err = io.ReadFull(r, buf)
 			c.stats.backendBytes.Add(int64(n))
+			if src.view != nil {
+				src.view.bytes.backend.Add(int64(n))
+			}
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				// Shorter than its listing said: it changed under us.
 				err = backends.Wrap("read", src.key, backends.ErrVersionMismatch, err)

@@ -32,6 +32,7 @@ func (h *handle) PassthroughFd() (int, bool) {
 		return -1, false
 	}
 	h.c.stats.passthroughOpens.Add(1)
+	h.c.account(h.src.view, tierPassthrough, h.e.size)
 	return h.ptFd, true
 }
 
@@ -76,8 +77,9 @@ func (h *handle) read(ctx context.Context, p []byte, off int64, emit func([]byte
 		bi := pos / bs
 		boff := pos - bi*bs
 		lim := min(end-pos, bs-boff)
-		v, err := h.readBlock(ctx, bi, p[n:n+int(lim)], boff)
+		v, t, err := h.readBlock(ctx, bi, p[n:n+int(lim)], boff)
 		if len(v) > 0 {
+			h.c.account(h.src.view, t, int64(len(v)))
 			emit(v)
 		}
 		n += len(v)
@@ -146,7 +148,7 @@ func (h *handle) readahead(off, end int64) {
 // readBlock returns len(p) bytes (p is no longer than what the block holds
 // from boff) of block bi from offset boff: a slice of the block when it is
 // in memory or arrives by a fetch, else p filled from disk.
-func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) ([]byte, error) {
+func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) ([]byte, tier, error) {
 	c, e := h.c, h.e
 	end := boff + int64(len(p))
 	for attempt := 0; attempt < 4; attempt++ {
@@ -160,7 +162,7 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 					c.memSet(key, d)
 				}
 			}
-			return data[boff:end], nil
+			return data[boff:end], tierMemory, nil
 		}
 		e.mu.Lock()
 		if (e.complete || e.present.has(bi)) && e.file != nil {
@@ -172,15 +174,15 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 				err = nil
 			}
 			if err != nil {
-				return p[:n], fmt.Errorf("cache file %s: %w", e.id, err)
+				return p[:n], tierDisk, fmt.Errorf("cache file %s: %w", e.id, err)
 			}
 			c.stats.diskHits.Add(1)
-			return p, nil
+			return p, tierDisk, nil
 		}
 		if w := e.writing[bi]; w != nil {
 			e.mu.Unlock()
 			c.stats.memoryHits.Add(1)
-			return w[boff:end], nil
+			return w[boff:end], tierMemory, nil
 		}
 		f := e.inflight[bi]
 		e.mu.Unlock()
@@ -197,15 +199,15 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 		select {
 		case <-f.done:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, tierFetch, ctx.Err()
 		}
 		if f.err != nil {
-			return nil, f.err
+			return nil, tierFetch, f.err
 		}
 		c.stats.fetchWaits.Add(1)
-		return f.data[boff:end], nil
+		return f.data[boff:end], tierFetch, nil
 	}
-	return nil, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
+	return nil, tierFetch, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
 }
 
 // Close implements Handle: it unpins the entry (so it may be evicted

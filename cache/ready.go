@@ -72,6 +72,13 @@ func (r *readyBuf) take(key string) ([]byte, bool) {
 	return it.data, true
 }
 
+// size is the bytes held.
+func (r *readyBuf) size() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bytes
+}
+
 // clear drops everything (Close).
 func (r *readyBuf) clear() {
 	r.mu.Lock()

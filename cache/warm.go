@@ -27,11 +27,12 @@ type dirKey struct {
 
 // noteSmallOpen counts an open of a small object the cache did not hold,
 // and starts warming its directory when the count reaches WarmAfter.
-func (c *Cache) noteSmallOpen(b backends.Backend, key string) {
+func (c *Cache) noteSmallOpen(src source) {
 	if c.opt.WarmAfter <= 0 || c.opt.Dir == "" {
 		return
 	}
-	dir := path.Dir(key)
+	b := src.b
+	dir := path.Dir(src.key)
 	if dir == "." {
 		dir = ""
 	} else {
@@ -65,14 +66,15 @@ func (c *Cache) noteSmallOpen(b backends.Backend, key string) {
 	}
 	go func() {
 		defer c.wg.Done()
-		if err := c.warmDir(b, dir); err != nil && c.ctx.Err() == nil {
+		if err := c.warmDir(b, src.view, dir); err != nil && c.ctx.Err() == nil {
 			c.log.Warn("cache: warming directory", "dir", dir, "err", err)
 		}
 	}()
 }
 
-// warmDir lists dir and fetches its small objects whole, in parallel.
-func (c *Cache) warmDir(b backends.Backend, dir string) error {
+// warmDir lists dir and fetches its small objects whole, in parallel; what
+// it fetches counts to the view whose opens set it off.
+func (c *Cache) warmDir(b backends.Backend, v *View, dir string) error {
 	opt := backends.ListOptions{Prefix: dir}
 	files := 0
 	for {
@@ -96,7 +98,7 @@ func (c *Cache) warmDir(b backends.Backend, dir string) error {
 			go func() {
 				defer c.wg.Done()
 				defer c.warmSem.Release(1)
-				c.warmOne(b, o)
+				c.warmOne(b, v, o)
 				c.mu.Lock()
 				c.warmPending -= o.Size
 				c.mu.Unlock()
@@ -110,7 +112,7 @@ func (c *Cache) warmDir(b backends.Backend, dir string) error {
 }
 
 // warmOne fetches one object whole unless it is cached or being fetched.
-func (c *Cache) warmOne(b backends.Backend, o backends.ObjectInfo) {
+func (c *Cache) warmOne(b backends.Backend, v *View, o backends.ObjectInfo) {
 	id := objectID(b.ID(), o.Key, o.Version)
 	c.mu.Lock()
 	known := c.entries[id]
@@ -129,7 +131,7 @@ func (c *Cache) warmOne(b backends.Backend, o backends.ObjectInfo) {
 		return
 	}
 	defer c.release(e)
-	fs := e.ensure(source{b: b, key: o.Key, version: o.Version, warm: true}, 0, e.nblocks-1, e.nblocks, false)
+	fs := e.ensure(source{b: b, key: o.Key, version: o.Version, view: v, warm: true}, 0, e.nblocks-1, e.nblocks, false)
 	for _, f := range fs {
 		select {
 		case <-f.done:
