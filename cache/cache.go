@@ -10,8 +10,11 @@
 // change under an open file fails the read instead of mixing bytes.
 //
 // Lock order: Cache.mu, then entry.mu. entry.flushMu is taken with neither
-// held; Cache.warmMu and the ready buffer's lock are leaves. Pins (entry.pins) are what keep an entry's files from eviction:
-// every open handle and every running fetch or flush holds one.
+// held; Cache.warmMu and the ready buffer's lock are leaves. Pins
+// (entry.pins) are what keep an entry's files from eviction: every open
+// handle and every running fetch or flush holds one. Unpinned entries wait
+// in Cache.lru, least recently used first; eviction takes the front, so it
+// costs O(1) however many objects the disk tier holds.
 package cache
 
 import (
@@ -20,6 +23,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -64,12 +68,13 @@ type Cache struct {
 	stats counters
 
 	mu      sync.Mutex
-	entries map[string]*entry            // GUARDED_BY(mu): by id
-	byKey   map[string]map[string]*entry // GUARDED_BY(mu): key prefix -> id -> entry
-	used    int64                        // GUARDED_BY(mu): disk bytes held by entries
-	free    int64                        // GUARDED_BY(mu): free bytes at freeAt, minus reservations since
-	freeAt  time.Time                    // GUARDED_BY(mu)
-	closed  bool                         // GUARDED_BY(mu)
+	entries map[string]*entry   // GUARDED_BY(mu): by id
+	byKey   map[string][]*entry // GUARDED_BY(mu): key prefix -> its versions (almost always one)
+	lru     lruList             // GUARDED_BY(mu): the unpinned entries, least recently used first
+	used    int64               // GUARDED_BY(mu): disk bytes held by entries
+	free    int64               // GUARDED_BY(mu): free bytes at freeAt, minus reservations since
+	freeAt  time.Time           // GUARDED_BY(mu)
+	closed  bool                // GUARDED_BY(mu)
 	// warmPending is the size of warming fetches under way. GUARDED_BY(mu)
 	warmPending int64
 
@@ -118,7 +123,7 @@ func New(opt Options) (*Cache, error) {
 		ctx:        ctx,
 		cancel:     cancel,
 		entries:    map[string]*entry{},
-		byKey:      map[string]map[string]*entry{},
+		byKey:      map[string][]*entry{},
 	}
 	if opt.Dir != "" {
 		lock, err := lockDir(opt.Dir)
@@ -135,6 +140,9 @@ func New(opt Options) (*Cache, error) {
 			mem.Close()
 			return nil, err
 		}
+		// The eviction order across a restart: by mtime, oldest first.
+		slices.SortStableFunc(found, func(a, b scanned) int { return a.atime.Compare(b.atime) })
+		c.mu.Lock()
 		for _, s := range found {
 			e := c.newEntry(s.id, s.size)
 			e.complete = s.complete
@@ -148,7 +156,6 @@ func New(opt Options) (*Cache, error) {
 			c.addLocked(e)
 			c.used += s.diskBytes
 		}
-		c.mu.Lock()
 		c.makeRoomLocked(0) // the bounds may have shrunk since the last run
 		c.mu.Unlock()
 		for i := range 256 {
@@ -345,35 +352,44 @@ func (c *Cache) blockKey(id string, block int64) string {
 	return id + "/" + strconv.FormatInt(block, 10)
 }
 
+// addLocked indexes a new, unpinned entry as the most recently used.
 func (c *Cache) addLocked(e *entry) {
 	c.entries[e.id] = e
 	kp := keyPrefix(e.id)
-	m := c.byKey[kp]
-	if m == nil {
-		m = map[string]*entry{}
-		c.byKey[kp] = m
-	}
-	m[e.id] = e
+	c.byKey[kp] = append(c.byKey[kp], e)
+	c.lru.pushBack(e)
 }
 
 // removeLocked forgets an unpinned entry and deletes its files.
 func (c *Cache) removeLocked(e *entry) {
 	delete(c.entries, e.id)
 	kp := keyPrefix(e.id)
-	if m := c.byKey[kp]; m != nil {
-		delete(m, e.id)
-		if len(m) == 0 {
-			delete(c.byKey, kp)
-		}
+	vs := slices.DeleteFunc(c.byKey[kp], func(o *entry) bool { return o == e })
+	if len(vs) == 0 {
+		delete(c.byKey, kp)
+	} else {
+		c.byKey[kp] = vs
 	}
+	c.lru.remove(e)
 	c.used -= e.diskBytes
-	e.diskBytes = 0
 	if c.opt.Dir != "" {
 		os.Remove(c.completePath(e.id))
 		os.Remove(c.partPath(e.id))
 		os.Remove(c.metaPath(e.id))
-		c.freeAt = time.Time{} // space came back: measure again
+		// The space came back; the next statfs (at most 250ms away)
+		// corrects the estimate. Not measured now: an eviction of many
+		// small objects would pay a statfs per victim.
+		c.free += e.diskBytes
 	}
+	e.diskBytes = 0
+}
+
+// pinLocked adds a pin, taking an unpinned entry out of the eviction order.
+func (c *Cache) pinLocked(e *entry) {
+	if e.pins == 0 {
+		c.lru.remove(e)
+	}
+	e.pins++
 }
 
 // pin finds or creates the entry for id and pins it, opening its disk file
@@ -399,8 +415,8 @@ func (c *Cache) pin(id string, size int64) (*entry, error) {
 		e = c.newEntry(id, size)
 		c.addLocked(e)
 	}
-	for oid, o := range c.byKey[keyPrefix(id)] {
-		if oid == id {
+	for _, o := range slices.Clone(c.byKey[keyPrefix(id)]) {
+		if o == e {
 			continue
 		}
 		if o.pins == 0 {
@@ -409,7 +425,7 @@ func (c *Cache) pin(id string, size int64) (*entry, error) {
 			o.superseded = true // removed when its last pin goes
 		}
 	}
-	e.pins++
+	c.pinLocked(e)
 	e.atime = time.Now()
 	openFiles := false
 	if e.pins == 1 {
@@ -513,6 +529,10 @@ func (c *Cache) release(e *entry) {
 		c.mu.Unlock()
 		return
 	}
+	e.atime = time.Now()
+	if c.entries[e.id] == e {
+		c.lru.pushBack(e)
+	}
 	e.opened = nil
 	e.mu.Lock()
 	files := []*os.File{e.file, e.direct}
@@ -561,12 +581,7 @@ func (c *Cache) makeRoomLocked(n int64) bool {
 		return false
 	}
 	for !c.fitsLocked(n) {
-		var victim *entry
-		for _, e := range c.entries {
-			if e.pins == 0 && (victim == nil || e.atime.Before(victim.atime)) {
-				victim = e
-			}
-		}
+		victim := c.lru.front()
 		if victim == nil {
 			return false
 		}

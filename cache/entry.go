@@ -34,7 +34,9 @@ type entry struct {
 	superseded bool          // another version of the key was opened since
 	opened     chan struct{} // closed once the first pinner opened the files
 	diskBytes  int64
-	atime      time.Time
+	atime      time.Time // last pinned or released: the eviction order
+	// lruPrev and lruNext link the entry into Cache.lru while unpinned.
+	lruPrev, lruNext *entry
 
 	flushMu sync.Mutex // serialises bitmap records and the final rename
 
@@ -156,7 +158,7 @@ func (e *entry) startFetch(src source, first int64, fetches []*blockFetch) {
 		}
 		return
 	}
-	e.pins++
+	c.pinLocked(e)
 	c.wg.Add(1)
 	c.mu.Unlock()
 	go func() {
@@ -256,7 +258,7 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf []byte, err error, src 
 		c.writeQueue.Release(n)
 		return
 	}
-	e.pins++
+	c.pinLocked(e)
 	c.wg.Add(1)
 	c.mu.Unlock()
 	go func() {
