@@ -97,9 +97,10 @@ func New(opt Options) (*Cache, error) {
 	// is the ristretto tier of blocks worth keeping.
 	readyLimit := max(opt.MemoryBytes/4, 4*opt.BlockSize)
 	// A sequential stream keeps up to a window fetched ahead: the window
-	// may not outgrow what the ready buffer holds, or readahead would push
-	// out its own blocks before they are read.
-	opt.MaxWindow = max(min(opt.MaxWindow, readyLimit), opt.MinWindow)
+	// may not outgrow half of what the ready buffer holds, or readahead
+	// would push out its own blocks (or another stream's) before they are
+	// read, and they would be fetched again.
+	opt.MaxWindow = max(min(opt.MaxWindow, readyLimit/2), opt.MinWindow)
 	opt.writeQueueBytes = min(opt.writeQueueBytes, max(opt.MemoryBytes/8, opt.BlockSize))
 	mem, err := ristretto.NewCache(&ristretto.Config[string, []byte]{
 		NumCounters:        max(10*opt.MemoryBytes/opt.BlockSize, 1000),

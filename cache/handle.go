@@ -94,16 +94,31 @@ func (h *handle) read(ctx context.Context, p []byte, off int64, emit func([]byte
 	return nil
 }
 
+// streamSlack is how far behind a stream's end a read may land and still be
+// part of it: twice the input mounts' kernel readahead (fs.inputReadAheadKB).
+const streamSlack = 32 * MiB
+
 // readahead classifies the read as sequential (close to where the last one
 // ended) or random, grows or resets the window, and starts the fetches the
 // read and its window need.
 func (h *handle) readahead(off, end int64) {
 	o := &h.c.opt
-	// The kernel's readahead sends several reads at once, which arrive a
-	// little out of order: a stream tolerates that much.
-	tol := max(8*o.BlockSize, 8*MiB)
+	// The kernel's asynchronous readahead sends several reads at once (up
+	// to its readahead, 16 MiB on input mounts, past the reader), which
+	// arrive out of order, ahead of and behind where the stream is: a
+	// stream tolerates that much, and its window's worth. (A tolerance of
+	// 8 MiB counted 17..21 random reads in a plain dd of 512 MiB and
+	// refetched 18 MB.)
+	// So a read belongs to the stream when it lands near the stream's end,
+	// or, once the stream is established (three sequential reads in a
+	// row grew its window), anywhere from a little behind its end to where
+	// its readahead has been sent. Random reads hardly ever land near
+	// three times in a row, so only the first test applies to them.
 	h.mu.Lock()
-	if off <= h.next+tol && off+tol >= h.next {
+	tol := max(8*o.BlockSize, 8*MiB)
+	near := off <= h.next+tol && off+tol >= h.next
+	inWindow := h.window >= 4*o.MinWindow && off+streamSlack >= h.next && off <= max(h.ahead*o.BlockSize, h.next)+tol
+	if near || inWindow {
 		h.misses = 0
 		h.window = min(max(2*h.window, o.MinWindow), o.MaxWindow)
 		h.next = max(h.next, end)
