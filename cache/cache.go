@@ -54,10 +54,11 @@ const setWaitEvery = 16
 type Cache struct {
 	opt   Options
 	log   *slog.Logger
-	mem   *ristretto.Cache[string, []byte]
-	ready *readyBuf           // fetched blocks not yet read; in front of mem
-	sets  atomic.Int64        // Sets offered to mem, for setWaitEvery
-	total *semaphore.Weighted // backend requests in flight, cache-wide
+	arena *arena                             // every block buffer comes from here
+	mem   *ristretto.Cache[string, blockRef] // each value holds a reference
+	ready *readyBuf                          // fetched blocks not yet read; in front of mem
+	sets  atomic.Int64                       // Sets offered to mem, for setWaitEvery
+	total *semaphore.Weighted                // backend requests in flight, cache-wide
 	// writeQueue bounds the bytes fetched but not yet written to disk.
 	writeQueue *semaphore.Weighted
 
@@ -102,19 +103,28 @@ func New(opt Options) (*Cache, error) {
 	// read, and they would be fetched again.
 	opt.MaxWindow = max(min(opt.MaxWindow, readyLimit/2), opt.MinWindow)
 	opt.writeQueueBytes = min(opt.writeQueueBytes, max(opt.MemoryBytes/8, opt.BlockSize))
-	mem, err := ristretto.NewCache(&ristretto.Config[string, []byte]{
+	mem, err := ristretto.NewCache(&ristretto.Config[string, blockRef]{
 		NumCounters:        max(10*opt.MemoryBytes/opt.BlockSize, 1000),
 		MaxCost:            max(opt.MemoryBytes-readyLimit-opt.writeQueueBytes, opt.BlockSize),
 		BufferItems:        64,
 		IgnoreInternalCost: true,
+		// Evicted, rejected, replaced or cleared: the tier's reference
+		// goes, and with the last one the block returns to the arena.
+		OnExit: func(r blockRef) { r.unref() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cache memory tier: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// The arena holds what the memory budget allows (ready buffer, write
+	// queue and ristretto tier) plus one block per request in flight,
+	// being filled.
+	nblocks := (opt.MemoryBytes + opt.BlockSize - 1) / opt.BlockSize
+	nblocks += int64(opt.TotalRequests)
 	c := &Cache{
 		opt:        opt,
 		log:        opt.Log,
+		arena:      newArena(int(nblocks), opt.BlockSize, !opt.noPrefault),
 		mem:        mem,
 		ready:      newReadyBuf(readyLimit),
 		total:      semaphore.NewWeighted(int64(opt.TotalRequests)),
@@ -197,6 +207,9 @@ type Stats struct {
 	// DiskBytes is what the disk tier holds now, MemoryBytes what the
 	// memory tier holds now (blocks waiting to be read and blocks kept).
 	DiskBytes, MemoryBytes int64
+	// HeapBlocks counts block buffers taken from the heap because every
+	// block of the arena was in use (each costs fresh pages).
+	HeapBlocks int64
 }
 
 type counters struct {
@@ -231,6 +244,7 @@ func (c *Cache) Stats() Stats {
 		WarmedFiles:      s.warmedFiles.Load(),
 		DiskBytes:        used,
 		MemoryBytes:      c.memoryBytes(),
+		HeapBlocks:       c.arena.heap.Load(),
 	}
 }
 
@@ -323,30 +337,46 @@ func (c *Cache) Close() error {
 func (c *Cache) quiesce() { c.wg.Wait() }
 
 // keepInMemory holds a block just fetched until it is read; blocks pushed
-// out of the ready buffer get a chance in the ristretto tier.
-func (c *Cache) keepInMemory(key string, data []byte) {
-	for _, it := range c.ready.put(key, data) {
-		c.memSet(it.key, it.data)
+// out of the ready buffer get a chance in the ristretto tier. The caller's
+// reference passes to the memory tier.
+func (c *Cache) keepInMemory(key string, r blockRef) {
+	for _, it := range c.ready.put(key, r) {
+		c.memSet(it.key, it.r)
 	}
 }
 
-// memSet offers a block to the ristretto tier. Its Sets are applied by one
-// goroutine through a buffer of 32k items; on a starved CPU that buffer
-// could hold far more than the tier's bound, so every setWaitEvery Sets we
-// wait for it to drain.
-func (c *Cache) memSet(key string, data []byte) {
-	c.mem.Set(key, data, int64(len(data)))
+// memSet offers a block to the ristretto tier, with the caller's
+// reference. Its Sets are applied by one goroutine through a buffer of 32k
+// items; on a starved CPU that buffer could hold far more than the tier's
+// bound, so every setWaitEvery Sets we wait for it to drain.
+func (c *Cache) memSet(key string, r blockRef) {
+	if !c.mem.Set(key, r, int64(len(r.data()))) {
+		r.unref() // dropped, not queued: ristretto will not call OnExit
+	}
 	if c.sets.Add(1)%setWaitEvery == 0 {
 		c.mem.Wait()
 	}
 }
 
-// memGet finds a block in the memory tier (ready buffer or ristretto).
-func (c *Cache) memGet(key string) ([]byte, bool) {
-	if data, ok := c.ready.get(key); ok {
-		return data, true
+// memGet finds a block in the memory tier (ready buffer or ristretto) and
+// returns it with a reference for the caller.
+func (c *Cache) memGet(key string) (blockRef, bool) {
+	if r, ok := c.ready.get(key); ok {
+		return r, true
 	}
-	return c.mem.Get(key)
+	if r, ok := c.mem.Get(key); ok && r.tryRef() {
+		return r, true
+	}
+	return blockRef{}, false
+}
+
+// memHas reports whether the memory tier holds a block.
+func (c *Cache) memHas(key string) bool {
+	if c.ready.has(key) {
+		return true
+	}
+	_, ok := c.mem.Get(key)
+	return ok
 }
 
 func (c *Cache) blockKey(id string, block int64) string {

@@ -17,6 +17,9 @@ import (
 
 func newTestCache(t *testing.T, opt Options) *Cache {
 	t.Helper()
+	// Tests open many caches and read little through each: the arena's
+	// pages are touched on first use rather than all at once.
+	opt.noPrefault = true
 	if opt.writeQueueBytes == 0 {
 		// The fake backend outruns any disk: without a deep write queue,
 		// blocks would be skipped (TestSkippedBlocksCompletedInBackground
@@ -639,8 +642,9 @@ func TestReadSlicesMatchReadAt(t *testing.T) {
 			off = int64(i) * MiB // block-aligned, as the kernel's readahead reads
 		}
 		p := make([]byte, r.IntN(3*MiB)+1)
-		vecs, err := sr.ReadSlices(context.Background(), p, off)
+		vecs, release, err := sr.ReadSlices(context.Background(), p, off)
 		got := bytes.Join(vecs, nil)
+		release()
 		want := data[min(off, int64(len(data))):min(off+int64(len(p)), int64(len(data)))]
 		if !bytes.Equal(got, want) {
 			t.Fatalf("ReadSlices(%d, len %d) = %d bytes, want %d (or data differs)", off, len(p), len(got), len(want))
@@ -654,7 +658,8 @@ func TestReadSlicesMatchReadAt(t *testing.T) {
 	}
 	// Fresh from a fetch, a block is in memory: its slice is not in p.
 	p := make([]byte, MiB)
-	vecs, err := sr.ReadSlices(context.Background(), p, 2*MiB)
+	vecs, release, err := sr.ReadSlices(context.Background(), p, 2*MiB)
+	release()
 	if err != nil || len(vecs) != 1 || &vecs[0][0] == &p[0] {
 		t.Fatalf("in-memory block: %d slices, err %v, in p: %v; want one slice of the block", len(vecs), err, len(vecs) == 1 && &vecs[0][0] == &p[0])
 	}
@@ -669,7 +674,8 @@ func TestReadSlicesMatchReadAt(t *testing.T) {
 	if fd, ok := h2.(interface{ PassthroughFd() (int, bool) }).PassthroughFd(); !ok || fd < 0 {
 		t.Fatalf("the object should be complete on disk after a full read")
 	}
-	vecs, err = h2.(SliceReader).ReadSlices(context.Background(), p, MiB+5)
+	vecs, release, err = h2.(SliceReader).ReadSlices(context.Background(), p, MiB+5)
+	release()
 	if err != nil || len(vecs) != 2 || !bytes.Equal(bytes.Join(vecs, nil), data[MiB+5:2*MiB+5]) {
 		t.Fatalf("from disk: %d slices, err %v; want 2 (two blocks) with the object's bytes", len(vecs), err)
 	}

@@ -39,28 +39,43 @@ func (h *handle) PassthroughFd() (int, bool) {
 // ReadAt implements Handle.
 func (h *handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	n := 0
-	err := h.read(ctx, p, off, func(v []byte) {
+	err := h.read(ctx, p, off, func(v []byte, r blockRef) {
 		if &v[0] != &p[n] { // a block in memory, not read into p already
 			copy(p[n:], v)
 		}
 		n += len(v)
+		r.unref()
 	})
 	return n, err
 }
 
 // ReadSlices implements SliceReader: blocks in memory are answered with
-// slices of themselves (never modified once fetched), so the FUSE reply is
-// written from them without a copy; what comes from disk is read into p.
-func (h *handle) ReadSlices(ctx context.Context, p []byte, off int64) ([][]byte, error) {
+// slices of themselves, so the FUSE reply is written from them without a
+// copy; what comes from disk is read into p. The blocks stay referenced
+// (never recycled, never modified) until release is called.
+func (h *handle) ReadSlices(ctx context.Context, p []byte, off int64) ([][]byte, func(), error) {
 	var vecs [][]byte
-	err := h.read(ctx, p, off, func(v []byte) { vecs = append(vecs, v) })
-	return vecs, err
+	var refs []blockRef
+	err := h.read(ctx, p, off, func(v []byte, r blockRef) {
+		vecs = append(vecs, v)
+		if r.valid() {
+			refs = append(refs, r)
+		}
+	})
+	release := func() {
+		for _, r := range refs {
+			r.unref()
+		}
+		refs = nil
+	}
+	return vecs, release, err
 }
 
 // read reads len(p) bytes at off, block by block, handing each piece to
-// emit in order: a slice of a block in memory, or the part of p it was read
-// into. It ends with io.EOF where the object ends.
-func (h *handle) read(ctx context.Context, p []byte, off int64, emit func([]byte)) error {
+// emit in order: a slice of a block in memory, with a reference to the
+// block that emit must drop when done with it, or the part of p it was read
+// into (and a zero blockRef). It ends with io.EOF where the object ends.
+func (h *handle) read(ctx context.Context, p []byte, off int64, emit func([]byte, blockRef)) error {
 	h.c.stats.reads.Add(1)
 	size := h.e.size
 	if off < 0 {
@@ -77,10 +92,12 @@ func (h *handle) read(ctx context.Context, p []byte, off int64, emit func([]byte
 		bi := pos / bs
 		boff := pos - bi*bs
 		lim := min(end-pos, bs-boff)
-		v, t, err := h.readBlock(ctx, bi, p[n:n+int(lim)], boff)
+		v, r, t, err := h.readBlock(ctx, bi, p[n:n+int(lim)], boff)
 		if len(v) > 0 {
 			h.c.account(h.src.view, t, int64(len(v)))
-			emit(v)
+			emit(v, r)
+		} else {
+			r.unref()
 		}
 		n += len(v)
 		pos += int64(len(v))
@@ -162,22 +179,27 @@ func (h *handle) readahead(off, end int64) {
 
 // readBlock returns len(p) bytes (p is no longer than what the block holds
 // from boff) of block bi from offset boff: a slice of the block when it is
-// in memory or arrives by a fetch, else p filled from disk.
-func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) ([]byte, tier, error) {
+// in memory or arrives by a fetch, with a reference to the block for the
+// caller to drop, else p filled from disk (and a zero blockRef).
+func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) ([]byte, blockRef, tier, error) {
 	c, e := h.c, h.e
 	end := boff + int64(len(p))
-	for attempt := 0; attempt < 4; attempt++ {
+	for attempt := 0; attempt < 16; attempt++ {
 		key := c.blockKey(e.id, bi)
-		if data, ok := c.memGet(key); ok && int64(len(data)) == e.blockLen(bi) {
-			c.stats.memoryHits.Add(1)
-			if end == int64(len(data)) {
-				// Read to its end: it leaves the ready buffer for the
-				// ristretto tier, which keeps it if it is worth keeping.
-				if d, ok := c.ready.take(key); ok {
-					c.memSet(key, d)
+		if r, ok := c.memGet(key); ok {
+			data := r.data()
+			if int64(len(data)) == e.blockLen(bi) {
+				c.stats.memoryHits.Add(1)
+				if end == int64(len(data)) {
+					// Read to its end: it leaves the ready buffer for the
+					// ristretto tier, which keeps it if it is worth keeping.
+					if d, ok := c.ready.take(key); ok {
+						c.memSet(key, d)
+					}
 				}
+				return data[boff:end], r, tierMemory, nil
 			}
-			return data[boff:end], tierMemory, nil
+			r.unref()
 		}
 		e.mu.Lock()
 		if (e.complete || e.present.has(bi)) && e.file != nil {
@@ -189,15 +211,17 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 				err = nil
 			}
 			if err != nil {
-				return p[:n], tierDisk, fmt.Errorf("cache file %s: %w", e.id, err)
+				return p[:n], blockRef{}, tierDisk, fmt.Errorf("cache file %s: %w", e.id, err)
 			}
 			c.stats.diskHits.Add(1)
-			return p, tierDisk, nil
+			return p, blockRef{}, tierDisk, nil
 		}
-		if w := e.writing[bi]; w != nil {
+		if w, ok := e.writing[bi]; ok {
+			// The write queue's reference cannot go while we hold e.mu.
+			r := w.ref()
 			e.mu.Unlock()
 			c.stats.memoryHits.Add(1)
-			return w[boff:end], tierMemory, nil
+			return r.data()[boff:end], r, tierMemory, nil
 		}
 		f := e.inflight[bi]
 		e.mu.Unlock()
@@ -214,15 +238,18 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 		select {
 		case <-f.done:
 		case <-ctx.Done():
-			return nil, tierFetch, ctx.Err()
+			return nil, blockRef{}, tierFetch, ctx.Err()
 		}
 		if f.err != nil {
-			return nil, tierFetch, f.err
+			return nil, blockRef{}, tierFetch, f.err
+		}
+		if !f.data.tryRef() {
+			continue // recycled before we got to it: look again
 		}
 		c.stats.fetchWaits.Add(1)
-		return f.data[boff:end], tierFetch, nil
+		return f.data.data()[boff:end], f.data, tierFetch, nil
 	}
-	return nil, tierFetch, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
+	return nil, blockRef{}, tierFetch, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
 }
 
 // Close implements Handle: it unpins the entry (so it may be evicted

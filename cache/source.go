@@ -34,9 +34,11 @@ type Handle interface {
 // SliceReader is a Handle that can answer a read with slices of memory it
 // already holds, which the FUSE reply is written from without a copy.
 // ReadSlices reads like ReadAt(p, off), but returns the data as slices in
-// order: its own (which must never change afterwards) or parts of p.
+// order: its own or parts of p. Its own stay unchanged until release is
+// called, which the caller must do exactly once, when the reply is sent
+// (the memory is then recycled), whatever the error.
 type SliceReader interface {
-	ReadSlices(ctx context.Context, p []byte, off int64) ([][]byte, error)
+	ReadSlices(ctx context.Context, p []byte, off int64) (vecs [][]byte, release func(), err error)
 }
 
 // DirectSource reads straight from the backend, one ranged read per call.

@@ -354,17 +354,56 @@ var (
 
 func (h *inHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if sr, ok := h.h.(SliceReader); ok {
-		vecs, err := sr.ReadSlices(ctx, dest, off)
+		vecs, release, err := sr.ReadSlices(ctx, dest, off)
 		if err != nil && !errors.Is(err, io.EOF) {
+			release()
 			return nil, ToErrno(h.fsys.log, "read", h.key, err)
 		}
-		return fuse.ReadResultVector(vecs), 0
+		return &sliceResult{vecs: vecs, release: release}, 0
 	}
 	n, err := h.h.ReadAt(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, ToErrno(h.fsys.log, "read", h.key, err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// sliceResult is a FUSE reply written from a SliceReader's slices with
+// writev(2) (go-fuse sends any ReadResult with a Slices method that way),
+// which hands the slices back to the Source once sent.
+type sliceResult struct {
+	vecs    [][]byte
+	release func()
+}
+
+var _ fuse.ReadResult = (*sliceResult)(nil)
+
+func (r *sliceResult) Size() int {
+	n := 0
+	for _, v := range r.vecs {
+		n += len(v)
+	}
+	return n
+}
+
+// Bytes is the fallback when the reply cannot be vectored: a copy.
+func (r *sliceResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	buf = buf[:0]
+	for _, v := range r.vecs {
+		buf = append(buf, v...)
+	}
+	return buf, fuse.OK
+}
+
+// Slices is go-fuse's vectored-reply hook.
+func (r *sliceResult) Slices() ([][]byte, fuse.Status) { return r.vecs, fuse.OK }
+
+// Done runs after the reply was written to the kernel (or dropped).
+func (r *sliceResult) Done() {
+	if r.release != nil {
+		r.release()
+		r.release = nil
+	}
 }
 
 // Flush answers ENOSYS, the FUSE protocol's "never send this again": a
