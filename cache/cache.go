@@ -218,6 +218,7 @@ type counters struct {
 	memoryHits, diskHits, fetchWaits atomic.Int64
 	passthroughOpens, evictions      atomic.Int64
 	warmedFiles                      atomic.Int64
+	writtenFromMemory                atomic.Int64 // blocks completeLater wrote from memory (tests)
 	bytes                            tierBytes
 }
 
