@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -359,7 +360,7 @@ func (h *inHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 			release()
 			return nil, ToErrno(h.fsys.log, "read", h.key, err)
 		}
-		return &sliceResult{vecs: vecs, release: release}, 0
+		return newSliceResult(vecs, release), 0
 	}
 	n, err := h.h.ReadAt(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -372,8 +373,25 @@ func (h *inHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 // writev(2) (go-fuse sends any ReadResult with a Slices method that way),
 // which hands the slices back to the Source once sent.
 type sliceResult struct {
-	vecs    [][]byte
-	release func()
+	vecs [][]byte
+	rel  *releaser
+}
+
+// releaser calls a SliceReader's release exactly once: from Done, or, for a
+// reply go-fuse drops without calling Done (an interrupted request whose
+// reply is suppressed), from a cleanup once the reply is garbage, so the
+// Source's buffers are not lost for good.
+type releaser struct {
+	once sync.Once
+	f    func()
+}
+
+func (r *releaser) do() { r.once.Do(r.f) }
+
+func newSliceResult(vecs [][]byte, release func()) *sliceResult {
+	r := &sliceResult{vecs: vecs, rel: &releaser{f: release}}
+	runtime.AddCleanup(r, (*releaser).do, r.rel)
+	return r
 }
 
 var _ fuse.ReadResult = (*sliceResult)(nil)
@@ -398,13 +416,8 @@ func (r *sliceResult) Bytes(buf []byte) ([]byte, fuse.Status) {
 // Slices is go-fuse's vectored-reply hook.
 func (r *sliceResult) Slices() ([][]byte, fuse.Status) { return r.vecs, fuse.OK }
 
-// Done runs after the reply was written to the kernel (or dropped).
-func (r *sliceResult) Done() {
-	if r.release != nil {
-		r.release()
-		r.release = nil
-	}
-}
+// Done runs after the reply was written to the kernel (or failed).
+func (r *sliceResult) Done() { r.rel.do() }
 
 // Flush answers ENOSYS, the FUSE protocol's "never send this again": a
 // read-only file has nothing to flush, and the kernel otherwise makes every

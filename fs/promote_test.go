@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,5 +53,33 @@ func TestWarmReadInSameMountIsPassthrough(t *testing.T) {
 	}
 	if st := v.Stats(); st.PassthroughBytes != int64(len(data)) {
 		t.Fatalf("passthrough bytes %d, want the file's %d", st.PassthroughBytes, len(data))
+	}
+}
+
+// TestSliceResultReleasedOnce: a reply hands its slices back exactly once,
+// from Done, and a reply dropped without Done (go-fuse suppresses the reply
+// of an interrupted request) still hands them back once it is garbage.
+func TestSliceResultReleasedOnce(t *testing.T) {
+	var n atomic.Int64
+	r := mfs.NewSliceResultForTest([][]byte{[]byte("x")}, func() { n.Add(1) })
+	r.Done()
+	r.Done()
+	if got := n.Load(); got != 1 {
+		t.Fatalf("released %d times after two Done calls, want 1", got)
+	}
+	released := make(chan struct{})
+	mfs.NewSliceResultForTest([][]byte{[]byte("y")}, func() { close(released) })
+	deadline := time.Now().Add(time.Minute)
+	for {
+		runtime.GC()
+		select {
+		case <-released:
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a reply dropped without Done never released its slices")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
