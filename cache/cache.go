@@ -9,12 +9,15 @@
 // new version and so new blocks; every backend read carries IfVersion, so a
 // change under an open file fails the read instead of mixing bytes.
 //
-// Lock order: Cache.mu, then entry.mu. entry.flushMu is taken with neither
-// held; Cache.warmMu and the ready buffer's lock are leaves. Pins
-// (entry.pins) are what keep an entry's files from eviction: every open
-// handle and every running fetch or flush holds one. Unpinned entries wait
-// in Cache.lru, least recently used first; eviction takes the front, so it
-// costs O(1) however many objects the disk tier holds.
+// Lock order: Cache.mu, then entry.mu, then the ready buffer's lock (and
+// ristretto's own), then arena.mu. entry.flushMu is taken with neither
+// Cache.mu nor entry.mu held; Cache.warmMu and arena.mu are leaves (a
+// block's last reference may be dropped under any of the others, and
+// returns it to the arena). Block reference counts are atomic (arena.go).
+// Pins (entry.pins) are what keep an entry's files from eviction: every
+// open handle and every running fetch or flush holds one. Unpinned entries
+// wait in Cache.lru, least recently used first; eviction takes the front,
+// so it costs O(1) however many objects the disk tier holds.
 package cache
 
 import (
