@@ -332,7 +332,8 @@ func (c *Cache) Close() error {
 	c.log.Info("cache: closed", "backend_requests", st.BackendRequests, "backend_bytes", st.BackendBytes,
 		"daemon_reads", st.Reads, "random_reads", st.RandomReads, "memory_hits", st.MemoryHits, "disk_hits", st.DiskHits,
 		"memory_hit_bytes", st.MemoryHitBytes, "disk_hit_bytes", st.DiskHitBytes,
-		"passthrough_opens", st.PassthroughOpens, "passthrough_bytes", st.PassthroughBytes, "evictions", st.Evictions, "warmed_files", st.WarmedFiles, "disk_bytes", st.DiskBytes)
+		"passthrough_opens", st.PassthroughOpens, "passthrough_bytes", st.PassthroughBytes, "evictions", st.Evictions, "warmed_files", st.WarmedFiles, "disk_bytes", st.DiskBytes,
+		"heap_blocks", st.HeapBlocks)
 	return errors.Join(errs...)
 }
 
