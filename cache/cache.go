@@ -9,9 +9,15 @@
 // new version and so new blocks; every backend read carries IfVersion, so a
 // change under an open file fails the read instead of mixing bytes.
 //
-// Lock order: Cache.mu, then entry.mu. entry.flushMu is taken with neither
-// held; Cache.warmMu and the ready buffer's lock are leaves. Pins (entry.pins) are what keep an entry's files from eviction:
-// every open handle and every running fetch or flush holds one.
+// Lock order: Cache.mu, then entry.mu, then the ready buffer's lock (and
+// ristretto's own), then arena.mu. entry.flushMu is taken with neither
+// Cache.mu nor entry.mu held; Cache.warmMu and arena.mu are leaves (a
+// block's last reference may be dropped under any of the others, and
+// returns it to the arena). Block reference counts are atomic (arena.go).
+// Pins (entry.pins) are what keep an entry's files from eviction: every
+// open handle and every running fetch or flush holds one. Unpinned entries
+// wait in Cache.lru, least recently used first; eviction takes the front,
+// so it costs O(1) however many objects the disk tier holds.
 package cache
 
 import (
@@ -20,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,12 +37,11 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/mlfsd/mlfsd/backends"
-	mfs "github.com/mlfsd/mlfsd/fs"
 )
 
 var (
-	_ mfs.Source      = (*Cache)(nil)
-	_ mfs.SliceReader = (*handle)(nil)
+	_ Source      = (*Cache)(nil)
+	_ SliceReader = (*handle)(nil)
 )
 
 // writeQueueBytes bounds the blocks waiting for the disk tier. Past it,
@@ -47,14 +53,15 @@ const writeQueueBytes = 32 * MiB
 const setWaitEvery = 16
 
 // Cache is a read-through block cache over any number of backends. It
-// implements fs.Source. It is safe for concurrent use.
+// implements Source. It is safe for concurrent use.
 type Cache struct {
 	opt   Options
 	log   *slog.Logger
-	mem   *ristretto.Cache[string, []byte]
-	ready *readyBuf           // fetched blocks not yet read; in front of mem
-	sets  atomic.Int64        // Sets offered to mem, for setWaitEvery
-	total *semaphore.Weighted // backend requests in flight, cache-wide
+	arena *arena                             // every block buffer comes from here
+	mem   *ristretto.Cache[string, blockRef] // each value holds a reference
+	ready *readyBuf                          // fetched blocks not yet read; in front of mem
+	sets  atomic.Int64                       // Sets offered to mem, for setWaitEvery
+	total *semaphore.Weighted                // backend requests in flight, cache-wide
 	// writeQueue bounds the bytes fetched but not yet written to disk.
 	writeQueue *semaphore.Weighted
 
@@ -65,12 +72,13 @@ type Cache struct {
 	stats counters
 
 	mu      sync.Mutex
-	entries map[string]*entry            // GUARDED_BY(mu): by id
-	byKey   map[string]map[string]*entry // GUARDED_BY(mu): key prefix -> id -> entry
-	used    int64                        // GUARDED_BY(mu): disk bytes held by entries
-	free    int64                        // GUARDED_BY(mu): free bytes at freeAt, minus reservations since
-	freeAt  time.Time                    // GUARDED_BY(mu)
-	closed  bool                         // GUARDED_BY(mu)
+	entries map[string]*entry   // GUARDED_BY(mu): by id
+	byKey   map[string][]*entry // GUARDED_BY(mu): key prefix -> its versions (almost always one)
+	lru     lruList             // GUARDED_BY(mu): the unpinned entries, least recently used first
+	used    int64               // GUARDED_BY(mu): disk bytes held by entries
+	free    int64               // GUARDED_BY(mu): free bytes at freeAt, minus reservations since
+	freeAt  time.Time           // GUARDED_BY(mu)
+	closed  bool                // GUARDED_BY(mu)
 	// warmPending is the size of warming fetches under way. GUARDED_BY(mu)
 	warmPending int64
 
@@ -93,23 +101,33 @@ func New(opt Options) (*Cache, error) {
 	// is the ristretto tier of blocks worth keeping.
 	readyLimit := max(opt.MemoryBytes/4, 4*opt.BlockSize)
 	// A sequential stream keeps up to a window fetched ahead: the window
-	// may not outgrow what the ready buffer holds, or readahead would push
-	// out its own blocks before they are read.
-	opt.MaxWindow = max(min(opt.MaxWindow, readyLimit), opt.MinWindow)
+	// may not outgrow half of what the ready buffer holds, or readahead
+	// would push out its own blocks (or another stream's) before they are
+	// read, and they would be fetched again.
+	opt.MaxWindow = max(min(opt.MaxWindow, readyLimit/2), opt.MinWindow)
 	opt.writeQueueBytes = min(opt.writeQueueBytes, max(opt.MemoryBytes/8, opt.BlockSize))
-	mem, err := ristretto.NewCache(&ristretto.Config[string, []byte]{
+	mem, err := ristretto.NewCache(&ristretto.Config[string, blockRef]{
 		NumCounters:        max(10*opt.MemoryBytes/opt.BlockSize, 1000),
 		MaxCost:            max(opt.MemoryBytes-readyLimit-opt.writeQueueBytes, opt.BlockSize),
 		BufferItems:        64,
 		IgnoreInternalCost: true,
+		// Evicted, rejected, replaced or cleared: the tier's reference
+		// goes, and with the last one the block returns to the arena.
+		OnExit: func(r blockRef) { r.unref() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cache memory tier: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// The arena holds what the memory budget allows (ready buffer, write
+	// queue and ristretto tier) plus one block per request in flight,
+	// being filled.
+	nblocks := (opt.MemoryBytes + opt.BlockSize - 1) / opt.BlockSize
+	nblocks += int64(opt.TotalRequests)
 	c := &Cache{
 		opt:        opt,
 		log:        opt.Log,
+		arena:      newArena(int(nblocks), opt.BlockSize, !opt.noPrefault),
 		mem:        mem,
 		ready:      newReadyBuf(readyLimit),
 		total:      semaphore.NewWeighted(int64(opt.TotalRequests)),
@@ -119,7 +137,7 @@ func New(opt Options) (*Cache, error) {
 		ctx:        ctx,
 		cancel:     cancel,
 		entries:    map[string]*entry{},
-		byKey:      map[string]map[string]*entry{},
+		byKey:      map[string][]*entry{},
 	}
 	if opt.Dir != "" {
 		lock, err := lockDir(opt.Dir)
@@ -136,6 +154,9 @@ func New(opt Options) (*Cache, error) {
 			mem.Close()
 			return nil, err
 		}
+		// The eviction order across a restart: by mtime, oldest first.
+		slices.SortStableFunc(found, func(a, b scanned) int { return a.atime.Compare(b.atime) })
+		c.mu.Lock()
 		for _, s := range found {
 			e := c.newEntry(s.id, s.size)
 			e.complete = s.complete
@@ -149,7 +170,6 @@ func New(opt Options) (*Cache, error) {
 			c.addLocked(e)
 			c.used += s.diskBytes
 		}
-		c.mu.Lock()
 		c.makeRoomLocked(0) // the bounds may have shrunk since the last run
 		c.mu.Unlock()
 		for i := range 256 {
@@ -173,14 +193,26 @@ type Stats struct {
 	// MemoryHits, DiskHits and FetchWaits count blocks served from each
 	// tier, or by waiting for a fetch in flight.
 	MemoryHits, DiskHits, FetchWaits int64
+	// BytesServed counts the bytes reads through the daemon were answered
+	// with, from any tier or a fetch; MemoryHitBytes and DiskHitBytes are
+	// the parts of it found in the memory and the disk tier.
+	BytesServed, MemoryHitBytes, DiskHitBytes int64
+	// PassthroughBytes counts the sizes of the files handed to the kernel
+	// for passthrough, at open: the kernel reads those without us, so this
+	// is what was handed over, not what was read.
+	PassthroughBytes int64
 	// PassthroughOpens counts opens that offered a passthrough fd.
 	PassthroughOpens int64
 	// Evictions counts objects removed from the disk tier.
 	Evictions int64
 	// WarmedFiles counts small objects fetched ahead by directory warming.
 	WarmedFiles int64
-	// DiskBytes is what the disk tier holds now.
-	DiskBytes int64
+	// DiskBytes is what the disk tier holds now, MemoryBytes what the
+	// memory tier holds now (blocks waiting to be read and blocks kept).
+	DiskBytes, MemoryBytes int64
+	// HeapBlocks counts block buffers taken from the heap because every
+	// block of the arena was in use (each costs fresh pages).
+	HeapBlocks int64
 }
 
 type counters struct {
@@ -189,6 +221,8 @@ type counters struct {
 	memoryHits, diskHits, fetchWaits atomic.Int64
 	passthroughOpens, evictions      atomic.Int64
 	warmedFiles                      atomic.Int64
+	writtenFromMemory                atomic.Int64 // blocks completeLater wrote from memory (tests)
+	bytes                            tierBytes
 }
 
 // Stats returns the current counters.
@@ -205,23 +239,41 @@ func (c *Cache) Stats() Stats {
 		MemoryHits:       s.memoryHits.Load(),
 		DiskHits:         s.diskHits.Load(),
 		FetchWaits:       s.fetchWaits.Load(),
+		BytesServed:      s.bytes.served.Load(),
+		MemoryHitBytes:   s.bytes.memory.Load(),
+		DiskHitBytes:     s.bytes.disk.Load(),
+		PassthroughBytes: s.bytes.passthrough.Load(),
 		PassthroughOpens: s.passthroughOpens.Load(),
 		Evictions:        s.evictions.Load(),
 		WarmedFiles:      s.warmedFiles.Load(),
 		DiskBytes:        used,
+		MemoryBytes:      c.memoryBytes(),
+		HeapBlocks:       c.arena.heap.Load(),
 	}
 }
 
-// Open implements fs.Source: it pins the object's cache entry for the life
-// of the handle and, for a small object, starts fetching it whole.
-func (c *Cache) Open(ctx context.Context, b backends.Backend, info backends.ObjectInfo) (mfs.Handle, error) {
+// memoryBytes is what the memory tier holds: the ready buffer and the
+// ristretto tier's admitted cost (its bound less what remains).
+func (c *Cache) memoryBytes() int64 {
+	return c.ready.size() + c.mem.MaxCost() - c.mem.RemainingCost()
+}
+
+// Open implements Source: it pins the object's cache entry for the life
+// of the handle and, for a small object, starts fetching it whole. Its
+// reads are counted in the cache's Stats only; a mount that wants its own
+// counters opens through a View.
+func (c *Cache) Open(ctx context.Context, b backends.Backend, info backends.ObjectInfo) (Handle, error) {
+	return c.open(nil, b, info)
+}
+
+func (c *Cache) open(v *View, b backends.Backend, info backends.ObjectInfo) (Handle, error) {
 	if info.IsDir {
 		return nil, backends.Wrap("open", info.Key, backends.ErrIsDir, nil)
 	}
 	if info.Size == 0 {
 		return emptyHandle{}, nil
 	}
-	src := source{b: b, key: info.Key, version: info.Version}
+	src := source{b: b, key: info.Key, version: info.Version, view: v}
 	e, err := c.pin(objectID(b.ID(), info.Key, info.Version), info.Size)
 	if err != nil {
 		return nil, err
@@ -240,7 +292,7 @@ func (c *Cache) Open(ctx context.Context, b backends.Backend, info backends.Obje
 		// small files opened by parallel readers load in parallel; and
 		// a directory whose files keep missing the cache is warmed.
 		e.ensure(src, 0, e.nblocks-1, e.nblocks, false)
-		c.noteSmallOpen(b, info.Key)
+		c.noteSmallOpen(src)
 	}
 	return h, nil
 }
@@ -279,7 +331,9 @@ func (c *Cache) Close() error {
 	st := c.Stats()
 	c.log.Info("cache: closed", "backend_requests", st.BackendRequests, "backend_bytes", st.BackendBytes,
 		"daemon_reads", st.Reads, "random_reads", st.RandomReads, "memory_hits", st.MemoryHits, "disk_hits", st.DiskHits,
-		"passthrough_opens", st.PassthroughOpens, "evictions", st.Evictions, "warmed_files", st.WarmedFiles, "disk_bytes", st.DiskBytes)
+		"memory_hit_bytes", st.MemoryHitBytes, "disk_hit_bytes", st.DiskHitBytes,
+		"passthrough_opens", st.PassthroughOpens, "passthrough_bytes", st.PassthroughBytes, "evictions", st.Evictions, "warmed_files", st.WarmedFiles, "disk_bytes", st.DiskBytes,
+		"heap_blocks", st.HeapBlocks)
 	return errors.Join(errs...)
 }
 
@@ -288,65 +342,90 @@ func (c *Cache) Close() error {
 func (c *Cache) quiesce() { c.wg.Wait() }
 
 // keepInMemory holds a block just fetched until it is read; blocks pushed
-// out of the ready buffer get a chance in the ristretto tier.
-func (c *Cache) keepInMemory(key string, data []byte) {
-	for _, it := range c.ready.put(key, data) {
-		c.memSet(it.key, it.data)
+// out of the ready buffer get a chance in the ristretto tier. The caller's
+// reference passes to the memory tier.
+func (c *Cache) keepInMemory(key string, r blockRef) {
+	for _, it := range c.ready.put(key, r) {
+		c.memSet(it.key, it.r)
 	}
 }
 
-// memSet offers a block to the ristretto tier. Its Sets are applied by one
-// goroutine through a buffer of 32k items; on a starved CPU that buffer
-// could hold far more than the tier's bound, so every setWaitEvery Sets we
-// wait for it to drain.
-func (c *Cache) memSet(key string, data []byte) {
-	c.mem.Set(key, data, int64(len(data)))
+// memSet offers a block to the ristretto tier, with the caller's
+// reference. Its Sets are applied by one goroutine through a buffer of 32k
+// items; on a starved CPU that buffer could hold far more than the tier's
+// bound, so every setWaitEvery Sets we wait for it to drain.
+func (c *Cache) memSet(key string, r blockRef) {
+	if !c.mem.Set(key, r, int64(len(r.data()))) {
+		r.unref() // dropped, not queued: ristretto will not call OnExit
+	}
 	if c.sets.Add(1)%setWaitEvery == 0 {
 		c.mem.Wait()
 	}
 }
 
-// memGet finds a block in the memory tier (ready buffer or ristretto).
-func (c *Cache) memGet(key string) ([]byte, bool) {
-	if data, ok := c.ready.get(key); ok {
-		return data, true
+// memGet finds a block in the memory tier (ready buffer or ristretto) and
+// returns it with a reference for the caller.
+func (c *Cache) memGet(key string) (blockRef, bool) {
+	if r, ok := c.ready.get(key); ok {
+		return r, true
 	}
-	return c.mem.Get(key)
+	if r, ok := c.mem.Get(key); ok && r.tryRef() {
+		return r, true
+	}
+	return blockRef{}, false
+}
+
+// memHas reports whether the memory tier holds a block.
+func (c *Cache) memHas(key string) bool {
+	if c.ready.has(key) {
+		return true
+	}
+	_, ok := c.mem.Get(key)
+	return ok
 }
 
 func (c *Cache) blockKey(id string, block int64) string {
 	return id + "/" + strconv.FormatInt(block, 10)
 }
 
+// addLocked indexes a new, unpinned entry as the most recently used.
 func (c *Cache) addLocked(e *entry) {
 	c.entries[e.id] = e
 	kp := keyPrefix(e.id)
-	m := c.byKey[kp]
-	if m == nil {
-		m = map[string]*entry{}
-		c.byKey[kp] = m
-	}
-	m[e.id] = e
+	c.byKey[kp] = append(c.byKey[kp], e)
+	c.lru.pushBack(e)
 }
 
 // removeLocked forgets an unpinned entry and deletes its files.
 func (c *Cache) removeLocked(e *entry) {
 	delete(c.entries, e.id)
 	kp := keyPrefix(e.id)
-	if m := c.byKey[kp]; m != nil {
-		delete(m, e.id)
-		if len(m) == 0 {
-			delete(c.byKey, kp)
-		}
+	vs := slices.DeleteFunc(c.byKey[kp], func(o *entry) bool { return o == e })
+	if len(vs) == 0 {
+		delete(c.byKey, kp)
+	} else {
+		c.byKey[kp] = vs
 	}
+	c.lru.remove(e)
 	c.used -= e.diskBytes
-	e.diskBytes = 0
 	if c.opt.Dir != "" {
 		os.Remove(c.completePath(e.id))
 		os.Remove(c.partPath(e.id))
 		os.Remove(c.metaPath(e.id))
-		c.freeAt = time.Time{} // space came back: measure again
+		// The space came back; the next statfs (at most 250ms away)
+		// corrects the estimate. Not measured now: an eviction of many
+		// small objects would pay a statfs per victim.
+		c.free += e.diskBytes
 	}
+	e.diskBytes = 0
+}
+
+// pinLocked adds a pin, taking an unpinned entry out of the eviction order.
+func (c *Cache) pinLocked(e *entry) {
+	if e.pins == 0 {
+		c.lru.remove(e)
+	}
+	e.pins++
 }
 
 // pin finds or creates the entry for id and pins it, opening its disk file
@@ -372,8 +451,8 @@ func (c *Cache) pin(id string, size int64) (*entry, error) {
 		e = c.newEntry(id, size)
 		c.addLocked(e)
 	}
-	for oid, o := range c.byKey[keyPrefix(id)] {
-		if oid == id {
+	for _, o := range slices.Clone(c.byKey[keyPrefix(id)]) {
+		if o == e {
 			continue
 		}
 		if o.pins == 0 {
@@ -382,7 +461,7 @@ func (c *Cache) pin(id string, size int64) (*entry, error) {
 			o.superseded = true // removed when its last pin goes
 		}
 	}
-	e.pins++
+	c.pinLocked(e)
 	e.atime = time.Now()
 	openFiles := false
 	if e.pins == 1 {
@@ -486,6 +565,10 @@ func (c *Cache) release(e *entry) {
 		c.mu.Unlock()
 		return
 	}
+	e.atime = time.Now()
+	if c.entries[e.id] == e {
+		c.lru.pushBack(e)
+	}
 	e.opened = nil
 	e.mu.Lock()
 	files := []*os.File{e.file, e.direct}
@@ -534,12 +617,7 @@ func (c *Cache) makeRoomLocked(n int64) bool {
 		return false
 	}
 	for !c.fitsLocked(n) {
-		var victim *entry
-		for _, e := range c.entries {
-			if e.pins == 0 && (victim == nil || e.atime.Before(victim.atime)) {
-				victim = e
-			}
-		}
+		victim := c.lru.front()
 		if victim == nil {
 			return false
 		}

@@ -34,7 +34,9 @@ type entry struct {
 	superseded bool          // another version of the key was opened since
 	opened     chan struct{} // closed once the first pinner opened the files
 	diskBytes  int64
-	atime      time.Time
+	atime      time.Time // last pinned or released: the eviction order
+	// lruPrev and lruNext link the entry into Cache.lru while unpinned.
+	lruPrev, lruNext *entry
 
 	flushMu sync.Mutex // serialises bitmap records and the final rename
 
@@ -45,7 +47,7 @@ type entry struct {
 	present     bitmap                // GUARDED_BY(mu): blocks in .part (nil when complete)
 	npresent    int64                 // GUARDED_BY(mu)
 	inflight    map[int64]*blockFetch // GUARDED_BY(mu): the single flight of each block
-	writing     map[int64][]byte      // GUARDED_BY(mu): blocks queued for the disk tier
+	writing     map[int64]blockRef    // GUARDED_BY(mu): blocks queued for the disk tier, each with a reference
 	dirty       int                   // GUARDED_BY(mu): blocks marked since the last bitmap record
 	metaWritten bool                  // GUARDED_BY(mu): a .meta file may exist
 	flushing    bool                  // GUARDED_BY(mu): a background record is running
@@ -57,6 +59,9 @@ type source struct {
 	b       backends.Backend
 	key     string
 	version string
+	// view is the mount whose read or open started the fetch (nil for
+	// Cache.Open): its BackendBytes count what the fetch reads.
+	view *View
 	// warm marks fetches nobody waits for yet: they may use free room in
 	// the disk tier but never evict for it.
 	warm bool
@@ -66,11 +71,13 @@ type source struct {
 	background bool
 }
 
-// blockFetch is one block being fetched; readers wait on done, then use
-// data (or err). It is the single flight of that block.
+// blockFetch is one block being fetched; readers wait on done, then take
+// a reference to data with tryRef (the fetch holds none once done: when
+// the block is recycled before a waiter gets to it, the waiter looks
+// again), or see err. It is the single flight of that block.
 type blockFetch struct {
 	done chan struct{}
-	data []byte
+	data blockRef
 	err  error
 }
 
@@ -84,7 +91,7 @@ func (c *Cache) newEntry(id string, size int64) *entry {
 		sem:      semaphore.NewWeighted(int64(c.opt.FileRequests)),
 		present:  newBitmap(n),
 		inflight: map[int64]*blockFetch{},
-		writing:  map[int64][]byte{},
+		writing:  map[int64]blockRef{},
 	}
 }
 
@@ -117,9 +124,10 @@ func (e *entry) ensure(src source, first, last, reqBlocks int64, checkMem bool) 
 		return nil
 	}
 	for i := first; i <= last; i++ {
-		skip := e.present.has(i) || e.inflight[i] != nil || e.writing[i] != nil
+		_, writing := e.writing[i]
+		skip := e.present.has(i) || e.inflight[i] != nil || writing
 		if !skip && checkMem {
-			_, skip = e.c.memGet(e.c.blockKey(e.id, i))
+			skip = e.c.memHas(e.c.blockKey(e.id, i))
 		}
 		if skip {
 			continue
@@ -149,11 +157,11 @@ func (e *entry) startFetch(src source, first int64, fetches []*blockFetch) {
 	if c.closed {
 		c.mu.Unlock()
 		for i, f := range fetches {
-			e.finishBlock(first+int64(i), f, nil, errClosed, src)
+			e.finishBlock(first+int64(i), f, blockRef{}, errClosed, src)
 		}
 		return
 	}
-	e.pins++
+	c.pinLocked(e)
 	c.wg.Add(1)
 	c.mu.Unlock()
 	go func() {
@@ -168,7 +176,7 @@ func (e *entry) startFetch(src source, first int64, fetches []*blockFetch) {
 		}
 		if err != nil {
 			for i, f := range fetches {
-				e.finishBlock(first+int64(i), f, nil, err, src)
+				e.finishBlock(first+int64(i), f, blockRef{}, err, src)
 			}
 			return
 		}
@@ -190,19 +198,23 @@ func (e *entry) fetch(src source, first int64, fetches []*blockFetch) {
 	}
 	for i, f := range fetches {
 		bi := first + int64(i)
-		var buf []byte
+		var buf blockRef
 		if err == nil {
-			buf = make([]byte, e.blockLen(bi))
+			buf = c.arena.get(int(e.blockLen(bi)))
 			var n int
-			n, err = io.ReadFull(r, buf)
+			n, err = io.ReadFull(r, buf.data())
 			c.stats.backendBytes.Add(int64(n))
+			if src.view != nil {
+				src.view.bytes.backend.Add(int64(n))
+			}
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				// Shorter than its listing said: it changed under us.
 				err = backends.Wrap("read", src.key, backends.ErrVersionMismatch, err)
 			}
 		}
 		if err != nil {
-			e.finishBlock(bi, f, nil, err, src)
+			buf.unref()
+			e.finishBlock(bi, f, blockRef{}, err, src)
 			continue
 		}
 		e.finishBlock(bi, f, buf, nil, src)
@@ -213,7 +225,8 @@ func (e *entry) fetch(src source, first int64, fetches []*blockFetch) {
 // it, keeps it in memory until read, and queues it for the disk tier. The
 // disk write happens behind the reader: a slow or busy disk never slows a
 // fetch; when the write queue is full the block is simply not kept on disk.
-func (e *entry) finishBlock(bi int64, f *blockFetch, buf []byte, err error, src source) {
+// It consumes the fetch's reference to buf.
+func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, src source) {
 	c := e.c
 	if err != nil {
 		e.mu.Lock()
@@ -223,13 +236,14 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf []byte, err error, src 
 		e.mu.Unlock()
 		return
 	}
-	c.keepInMemory(c.blockKey(e.id, bi), buf)
-	n := int64(len(buf))
+	defer buf.unref()
+	c.keepInMemory(c.blockKey(e.id, bi), buf.ref())
+	n := int64(len(buf.data()))
 	held := src.background && c.writeQueue.Acquire(c.ctx, n) == nil
 	e.mu.Lock()
 	queue := e.file != nil && !e.complete && (held || c.writeQueue.TryAcquire(n))
 	if queue {
-		e.writing[bi] = buf
+		e.writing[bi] = buf.ref()
 	}
 	delete(e.inflight, bi)
 	f.data = buf
@@ -247,10 +261,11 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf []byte, err error, src 
 		e.mu.Lock()
 		delete(e.writing, bi)
 		e.mu.Unlock()
+		buf.unref() // the write queue's
 		c.writeQueue.Release(n)
 		return
 	}
-	e.pins++
+	c.pinLocked(e)
 	c.wg.Add(1)
 	c.mu.Unlock()
 	go func() {
@@ -262,9 +277,11 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf []byte, err error, src 
 }
 
 // writeBlock stores a block in the disk tier (when the bounds allow) and
-// marks it present; the caller holds a pin.
-func (e *entry) writeBlock(bi int64, buf []byte, mayEvict bool) {
+// marks it present, then drops the write queue's reference to it; the
+// caller holds a pin.
+func (e *entry) writeBlock(bi int64, ref blockRef, mayEvict bool) {
 	c := e.c
+	buf := ref.data()
 	n := int64(len(buf))
 	e.mu.Lock()
 	file, direct := e.file, e.direct
@@ -283,6 +300,7 @@ func (e *entry) writeBlock(bi int64, buf []byte, mayEvict bool) {
 	}
 	e.mu.Lock()
 	delete(e.writing, bi)
+	ref.unref()
 	if wrote && !e.complete && !e.present.has(bi) {
 		e.present.set(bi)
 		e.npresent++

@@ -7,7 +7,7 @@ import (
 	"sync"
 )
 
-// handle is one open object. It implements fs.Handle and, for a file
+// handle is one open object. It implements Handle and, for a file
 // complete on disk at open, PassthroughFd.
 type handle struct {
 	c   *Cache
@@ -32,34 +32,50 @@ func (h *handle) PassthroughFd() (int, bool) {
 		return -1, false
 	}
 	h.c.stats.passthroughOpens.Add(1)
+	h.c.account(h.src.view, tierPassthrough, h.e.size)
 	return h.ptFd, true
 }
 
-// ReadAt implements fs.Handle.
+// ReadAt implements Handle.
 func (h *handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	n := 0
-	err := h.read(ctx, p, off, func(v []byte) {
+	err := h.read(ctx, p, off, func(v []byte, r blockRef) {
 		if &v[0] != &p[n] { // a block in memory, not read into p already
 			copy(p[n:], v)
 		}
 		n += len(v)
+		r.unref()
 	})
 	return n, err
 }
 
-// ReadSlices implements fs.SliceReader: blocks in memory are answered with
-// slices of themselves (never modified once fetched), so the FUSE reply is
-// written from them without a copy; what comes from disk is read into p.
-func (h *handle) ReadSlices(ctx context.Context, p []byte, off int64) ([][]byte, error) {
+// ReadSlices implements SliceReader: blocks in memory are answered with
+// slices of themselves, so the FUSE reply is written from them without a
+// copy; what comes from disk is read into p. The blocks stay referenced
+// (never recycled, never modified) until release is called.
+func (h *handle) ReadSlices(ctx context.Context, p []byte, off int64) ([][]byte, func(), error) {
 	var vecs [][]byte
-	err := h.read(ctx, p, off, func(v []byte) { vecs = append(vecs, v) })
-	return vecs, err
+	var refs []blockRef
+	err := h.read(ctx, p, off, func(v []byte, r blockRef) {
+		vecs = append(vecs, v)
+		if r.valid() {
+			refs = append(refs, r)
+		}
+	})
+	release := func() {
+		for _, r := range refs {
+			r.unref()
+		}
+		refs = nil
+	}
+	return vecs, release, err
 }
 
 // read reads len(p) bytes at off, block by block, handing each piece to
-// emit in order: a slice of a block in memory, or the part of p it was read
-// into. It ends with io.EOF where the object ends.
-func (h *handle) read(ctx context.Context, p []byte, off int64, emit func([]byte)) error {
+// emit in order: a slice of a block in memory, with a reference to the
+// block that emit must drop when done with it, or the part of p it was read
+// into (and a zero blockRef). It ends with io.EOF where the object ends.
+func (h *handle) read(ctx context.Context, p []byte, off int64, emit func([]byte, blockRef)) error {
 	h.c.stats.reads.Add(1)
 	size := h.e.size
 	if off < 0 {
@@ -76,9 +92,12 @@ func (h *handle) read(ctx context.Context, p []byte, off int64, emit func([]byte
 		bi := pos / bs
 		boff := pos - bi*bs
 		lim := min(end-pos, bs-boff)
-		v, err := h.readBlock(ctx, bi, p[n:n+int(lim)], boff)
+		v, r, t, err := h.readBlock(ctx, bi, p[n:n+int(lim)], boff)
 		if len(v) > 0 {
-			emit(v)
+			h.c.account(h.src.view, t, int64(len(v)))
+			emit(v, r)
+		} else {
+			r.unref()
 		}
 		n += len(v)
 		pos += int64(len(v))
@@ -92,16 +111,31 @@ func (h *handle) read(ctx context.Context, p []byte, off int64, emit func([]byte
 	return nil
 }
 
+// streamSlack is how far behind a stream's end a read may land and still be
+// part of it: twice the input mounts' kernel readahead (fs.inputReadAheadKB).
+const streamSlack = 32 * MiB
+
 // readahead classifies the read as sequential (close to where the last one
 // ended) or random, grows or resets the window, and starts the fetches the
 // read and its window need.
 func (h *handle) readahead(off, end int64) {
 	o := &h.c.opt
-	// The kernel's readahead sends several reads at once, which arrive a
-	// little out of order: a stream tolerates that much.
-	tol := max(8*o.BlockSize, 8*MiB)
+	// The kernel's asynchronous readahead sends several reads at once (up
+	// to its readahead, 16 MiB on input mounts, past the reader), which
+	// arrive out of order, ahead of and behind where the stream is: a
+	// stream tolerates that much, and its window's worth. (A tolerance of
+	// 8 MiB counted 17..21 random reads in a plain dd of 512 MiB and
+	// refetched 18 MB.)
+	// So a read belongs to the stream when it lands near the stream's end,
+	// or, once the stream is established (three sequential reads in a
+	// row grew its window), anywhere from a little behind its end to where
+	// its readahead has been sent. Random reads hardly ever land near
+	// three times in a row, so only the first test applies to them.
 	h.mu.Lock()
-	if off <= h.next+tol && off+tol >= h.next {
+	tol := max(8*o.BlockSize, 8*MiB)
+	near := off <= h.next+tol && off+tol >= h.next
+	inWindow := h.window >= 4*o.MinWindow && off+streamSlack >= h.next && off <= max(h.ahead*o.BlockSize, h.next)+tol
+	if near || inWindow {
 		h.misses = 0
 		h.window = min(max(2*h.window, o.MinWindow), o.MaxWindow)
 		h.next = max(h.next, end)
@@ -145,22 +179,27 @@ func (h *handle) readahead(off, end int64) {
 
 // readBlock returns len(p) bytes (p is no longer than what the block holds
 // from boff) of block bi from offset boff: a slice of the block when it is
-// in memory or arrives by a fetch, else p filled from disk.
-func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) ([]byte, error) {
+// in memory or arrives by a fetch, with a reference to the block for the
+// caller to drop, else p filled from disk (and a zero blockRef).
+func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) ([]byte, blockRef, tier, error) {
 	c, e := h.c, h.e
 	end := boff + int64(len(p))
-	for attempt := 0; attempt < 4; attempt++ {
+	for attempt := 0; attempt < 16; attempt++ {
 		key := c.blockKey(e.id, bi)
-		if data, ok := c.memGet(key); ok && int64(len(data)) == e.blockLen(bi) {
-			c.stats.memoryHits.Add(1)
-			if end == int64(len(data)) {
-				// Read to its end: it leaves the ready buffer for the
-				// ristretto tier, which keeps it if it is worth keeping.
-				if d, ok := c.ready.take(key); ok {
-					c.memSet(key, d)
+		if r, ok := c.memGet(key); ok {
+			data := r.data()
+			if int64(len(data)) == e.blockLen(bi) {
+				c.stats.memoryHits.Add(1)
+				if end == int64(len(data)) {
+					// Read to its end: it leaves the ready buffer for the
+					// ristretto tier, which keeps it if it is worth keeping.
+					if d, ok := c.ready.take(key); ok {
+						c.memSet(key, d)
+					}
 				}
+				return data[boff:end], r, tierMemory, nil
 			}
-			return data[boff:end], nil
+			r.unref()
 		}
 		e.mu.Lock()
 		if (e.complete || e.present.has(bi)) && e.file != nil {
@@ -172,15 +211,17 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 				err = nil
 			}
 			if err != nil {
-				return p[:n], fmt.Errorf("cache file %s: %w", e.id, err)
+				return p[:n], blockRef{}, tierDisk, fmt.Errorf("cache file %s: %w", e.id, err)
 			}
 			c.stats.diskHits.Add(1)
-			return p, nil
+			return p, blockRef{}, tierDisk, nil
 		}
-		if w := e.writing[bi]; w != nil {
+		if w, ok := e.writing[bi]; ok {
+			// The write queue's reference cannot go while we hold e.mu.
+			r := w.ref()
 			e.mu.Unlock()
 			c.stats.memoryHits.Add(1)
-			return w[boff:end], nil
+			return r.data()[boff:end], r, tierMemory, nil
 		}
 		f := e.inflight[bi]
 		e.mu.Unlock()
@@ -197,18 +238,21 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 		select {
 		case <-f.done:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, blockRef{}, tierFetch, ctx.Err()
 		}
 		if f.err != nil {
-			return nil, f.err
+			return nil, blockRef{}, tierFetch, f.err
+		}
+		if !f.data.tryRef() {
+			continue // recycled before we got to it: look again
 		}
 		c.stats.fetchWaits.Add(1)
-		return f.data[boff:end], nil
+		return f.data.data()[boff:end], f.data, tierFetch, nil
 	}
-	return nil, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
+	return nil, blockRef{}, tierFetch, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
 }
 
-// Close implements fs.Handle: it unpins the entry (so it may be evicted
+// Close implements Handle: it unpins the entry (so it may be evicted
 // again), or hands the pin to a background completion of the disk copy.
 func (h *handle) Close() error {
 	h.mu.Lock()

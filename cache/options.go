@@ -51,6 +51,9 @@ type Options struct {
 
 	// writeQueueBytes overrides writeQueueBytes (tests).
 	writeQueueBytes int64
+	// noPrefault leaves the arena's pages to be touched on first use
+	// (tests, which open many caches and read little through each).
+	noPrefault bool
 }
 
 // DefaultOptions returns the defaults every zero field of Options takes.

@@ -9,6 +9,7 @@ import (
 // arrival order until read, so that readahead is never lost to ristretto's
 // admission policy (which rightly refuses blocks nobody has read yet). Past
 // its limit the oldest blocks move on to ristretto, which may keep them.
+// Every block in it holds one reference, which moves with it.
 type readyBuf struct {
 	limit int64
 
@@ -19,63 +20,86 @@ type readyBuf struct {
 }
 
 type readyItem struct {
-	key  string
-	data []byte
+	key string
+	r   blockRef
 }
 
 func newReadyBuf(limit int64) *readyBuf {
 	return &readyBuf{limit: limit, items: map[string]*list.Element{}, order: list.New()}
 }
 
-// put adds a block and returns the blocks pushed out to make room.
-func (r *readyBuf) put(key string, data []byte) (out []readyItem) {
+// put adds a block (with the caller's reference) and returns the blocks
+// pushed out to make room, with theirs.
+func (r *readyBuf) put(key string, ref blockRef) (out []readyItem) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if el, ok := r.items[key]; ok {
-		r.bytes -= int64(len(el.Value.(*readyItem).data))
+		old := el.Value.(*readyItem)
+		r.bytes -= int64(len(old.r.data()))
 		r.order.Remove(el)
+		out = append(out, *old)
 	}
-	r.items[key] = r.order.PushBack(&readyItem{key: key, data: data})
-	r.bytes += int64(len(data))
+	r.items[key] = r.order.PushBack(&readyItem{key: key, r: ref})
+	r.bytes += int64(len(ref.data()))
 	for r.bytes > r.limit {
 		el := r.order.Front()
 		it := el.Value.(*readyItem)
 		r.order.Remove(el)
 		delete(r.items, it.key)
-		r.bytes -= int64(len(it.data))
+		r.bytes -= int64(len(it.r.data()))
 		out = append(out, *it)
 	}
 	return out
 }
 
-func (r *readyBuf) get(key string) ([]byte, bool) {
+// get returns the block with a new reference for the caller.
+func (r *readyBuf) get(key string) (blockRef, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if el, ok := r.items[key]; ok {
-		return el.Value.(*readyItem).data, true
+		return el.Value.(*readyItem).r.ref(), true
 	}
-	return nil, false
+	return blockRef{}, false
 }
 
-// take removes a block (it has been read to its end).
-func (r *readyBuf) take(key string) ([]byte, bool) {
+// has reports whether the block is here.
+func (r *readyBuf) has(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.items[key]
+	return ok
+}
+
+// take removes a block (it has been read to its end); its reference passes
+// to the caller.
+func (r *readyBuf) take(key string) (blockRef, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	el, ok := r.items[key]
 	if !ok {
-		return nil, false
+		return blockRef{}, false
 	}
 	it := el.Value.(*readyItem)
 	r.order.Remove(el)
 	delete(r.items, key)
-	r.bytes -= int64(len(it.data))
-	return it.data, true
+	r.bytes -= int64(len(it.r.data()))
+	return it.r, true
+}
+
+// size is the bytes held.
+func (r *readyBuf) size() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bytes
 }
 
 // clear drops everything (Close).
 func (r *readyBuf) clear() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for el := r.order.Front(); el != nil; el = el.Next() {
+		el.Value.(*readyItem).r.unref()
+	}
 	r.items = map[string]*list.Element{}
 	r.order.Init()
 	r.bytes = 0

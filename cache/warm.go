@@ -27,11 +27,12 @@ type dirKey struct {
 
 // noteSmallOpen counts an open of a small object the cache did not hold,
 // and starts warming its directory when the count reaches WarmAfter.
-func (c *Cache) noteSmallOpen(b backends.Backend, key string) {
+func (c *Cache) noteSmallOpen(src source) {
 	if c.opt.WarmAfter <= 0 || c.opt.Dir == "" {
 		return
 	}
-	dir := path.Dir(key)
+	b := src.b
+	dir := path.Dir(src.key)
 	if dir == "." {
 		dir = ""
 	} else {
@@ -65,14 +66,15 @@ func (c *Cache) noteSmallOpen(b backends.Backend, key string) {
 	}
 	go func() {
 		defer c.wg.Done()
-		if err := c.warmDir(b, dir); err != nil && c.ctx.Err() == nil {
+		if err := c.warmDir(b, src.view, dir); err != nil && c.ctx.Err() == nil {
 			c.log.Warn("cache: warming directory", "dir", dir, "err", err)
 		}
 	}()
 }
 
-// warmDir lists dir and fetches its small objects whole, in parallel.
-func (c *Cache) warmDir(b backends.Backend, dir string) error {
+// warmDir lists dir and fetches its small objects whole, in parallel; what
+// it fetches counts to the view whose opens set it off.
+func (c *Cache) warmDir(b backends.Backend, v *View, dir string) error {
 	opt := backends.ListOptions{Prefix: dir}
 	files := 0
 	for {
@@ -96,7 +98,7 @@ func (c *Cache) warmDir(b backends.Backend, dir string) error {
 			go func() {
 				defer c.wg.Done()
 				defer c.warmSem.Release(1)
-				c.warmOne(b, o)
+				c.warmOne(b, v, o)
 				c.mu.Lock()
 				c.warmPending -= o.Size
 				c.mu.Unlock()
@@ -110,7 +112,7 @@ func (c *Cache) warmDir(b backends.Backend, dir string) error {
 }
 
 // warmOne fetches one object whole unless it is cached or being fetched.
-func (c *Cache) warmOne(b backends.Backend, o backends.ObjectInfo) {
+func (c *Cache) warmOne(b backends.Backend, v *View, o backends.ObjectInfo) {
 	id := objectID(b.ID(), o.Key, o.Version)
 	c.mu.Lock()
 	known := c.entries[id]
@@ -129,7 +131,7 @@ func (c *Cache) warmOne(b backends.Backend, o backends.ObjectInfo) {
 		return
 	}
 	defer c.release(e)
-	fs := e.ensure(source{b: b, key: o.Key, version: o.Version, warm: true}, 0, e.nblocks-1, e.nblocks, false)
+	fs := e.ensure(source{b: b, key: o.Key, version: o.Version, view: v, warm: true}, 0, e.nblocks-1, e.nblocks, false)
 	for _, f := range fs {
 		select {
 		case <-f.done:
@@ -183,6 +185,7 @@ func (c *Cache) completeLater(e *entry, src source) {
 			c.mu.Unlock()
 		}()
 		src.background, src.warm = true, true
+		c.writeFromMemory(e)
 		fs := e.ensure(src, 0, e.nblocks-1, c.opt.MaxRequestBytes/c.opt.BlockSize, false)
 		for _, f := range fs {
 			select {
@@ -192,4 +195,48 @@ func (c *Cache) completeLater(e *entry, src source) {
 			}
 		}
 	}()
+}
+
+// writeFromMemory writes to the disk tier the blocks of e it is missing
+// that the memory tier still holds (skipped while the write queue was
+// full), so that completing the file fetches only what memory lost: a cold
+// read of 512 MiB on a busy disk fetched 783 MB before this. The caller
+// holds a pin.
+func (c *Cache) writeFromMemory(e *entry) {
+	for bi := int64(0); bi < e.nblocks; bi++ {
+		e.mu.Lock()
+		_, writing := e.writing[bi]
+		skip := e.complete || e.file == nil || e.present.has(bi) || writing || e.inflight[bi] != nil
+		e.mu.Unlock()
+		if skip {
+			if e.complete || e.file == nil {
+				return
+			}
+			continue
+		}
+		r, ok := c.memGet(c.blockKey(e.id, bi))
+		if !ok {
+			continue
+		}
+		n := int64(len(r.data()))
+		if n != e.blockLen(bi) || c.writeQueue.Acquire(c.ctx, n) != nil {
+			r.unref()
+			continue
+		}
+		e.mu.Lock()
+		_, writing = e.writing[bi]
+		ok = !e.complete && e.file != nil && !e.present.has(bi) && !writing
+		if ok {
+			e.writing[bi] = r // our reference passes to the write queue
+		}
+		e.mu.Unlock()
+		if !ok {
+			r.unref()
+			c.writeQueue.Release(n)
+			continue
+		}
+		c.stats.writtenFromMemory.Add(1)
+		e.writeBlock(bi, r, false)
+		c.writeQueue.Release(n)
+	}
 }

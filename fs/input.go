@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -354,11 +355,12 @@ var (
 
 func (h *inHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if sr, ok := h.h.(SliceReader); ok {
-		vecs, err := sr.ReadSlices(ctx, dest, off)
+		vecs, release, err := sr.ReadSlices(ctx, dest, off)
 		if err != nil && !errors.Is(err, io.EOF) {
+			release()
 			return nil, ToErrno(h.fsys.log, "read", h.key, err)
 		}
-		return fuse.ReadResultVector(vecs), 0
+		return newSliceResult(vecs, release), 0
 	}
 	n, err := h.h.ReadAt(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -366,6 +368,56 @@ func (h *inHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
+
+// sliceResult is a FUSE reply written from a SliceReader's slices with
+// writev(2) (go-fuse sends any ReadResult with a Slices method that way),
+// which hands the slices back to the Source once sent.
+type sliceResult struct {
+	vecs [][]byte
+	rel  *releaser
+}
+
+// releaser calls a SliceReader's release exactly once: from Done, or, for a
+// reply go-fuse drops without calling Done (an interrupted request whose
+// reply is suppressed), from a cleanup once the reply is garbage, so the
+// Source's buffers are not lost for good.
+type releaser struct {
+	once sync.Once
+	f    func()
+}
+
+func (r *releaser) do() { r.once.Do(r.f) }
+
+func newSliceResult(vecs [][]byte, release func()) *sliceResult {
+	r := &sliceResult{vecs: vecs, rel: &releaser{f: release}}
+	runtime.AddCleanup(r, (*releaser).do, r.rel)
+	return r
+}
+
+var _ fuse.ReadResult = (*sliceResult)(nil)
+
+func (r *sliceResult) Size() int {
+	n := 0
+	for _, v := range r.vecs {
+		n += len(v)
+	}
+	return n
+}
+
+// Bytes is the fallback when the reply cannot be vectored: a copy.
+func (r *sliceResult) Bytes(buf []byte) ([]byte, fuse.Status) {
+	buf = buf[:0]
+	for _, v := range r.vecs {
+		buf = append(buf, v...)
+	}
+	return buf, fuse.OK
+}
+
+// Slices is go-fuse's vectored-reply hook.
+func (r *sliceResult) Slices() ([][]byte, fuse.Status) { return r.vecs, fuse.OK }
+
+// Done runs after the reply was written to the kernel (or failed).
+func (r *sliceResult) Done() { r.rel.do() }
 
 // Flush answers ENOSYS, the FUSE protocol's "never send this again": a
 // read-only file has nothing to flush, and the kernel otherwise makes every

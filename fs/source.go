@@ -1,81 +1,21 @@
 // Package fs is the thin go-fuse adapter of mlfsd: the read-only input tree,
 // the write-back output tree, and the one place errors become errnos.
 // It knows nothing of OSS or HDFS; it sees storage through backends.Backend,
-// and file contents through a Source (the read-path seam the cache plugs into).
+// and file contents through a cache.Source (the read-path seam, which lives
+// in package cache so that the cache never depends on go-fuse).
 package fs
 
-import (
-	"context"
-	"io"
+import "github.com/mlfsd/mlfsd/cache"
 
-	"github.com/mlfsd/mlfsd/backends"
+// Source, Handle, SliceReader and DirectSource are the read-path seam of
+// package cache under the names callers of fs have always used.
+type (
+	// Source is cache.Source.
+	Source = cache.Source
+	// Handle is cache.Handle.
+	Handle = cache.Handle
+	// SliceReader is cache.SliceReader.
+	SliceReader = cache.SliceReader
+	// DirectSource is cache.DirectSource.
+	DirectSource = cache.DirectSource
 )
-
-// Source opens file contents for reading. The input tree asks it for every
-// open; cache.Cache implements it with a block cache, DirectSource reads the
-// backend directly.
-type Source interface {
-	Open(ctx context.Context, b backends.Backend, info backends.ObjectInfo) (Handle, error)
-}
-
-// Handle is one open file of a Source. ReadAt has io.ReaderAt semantics
-// (a short read only at the end of the file, with io.EOF) and is safe for
-// concurrent use.
-//
-// A Handle may also implement PassthroughFd() (fd int, ok bool): when ok, the
-// kernel reads fd directly (FUSE passthrough) and ReadAt is not called.
-// The fd must stay open until Close.
-type Handle interface {
-	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
-	Close() error
-}
-
-// SliceReader is a Handle that can answer a read with slices of memory it
-// already holds, which the FUSE reply is written from without a copy.
-// ReadSlices reads like ReadAt(p, off), but returns the data as slices in
-// order: its own (which must never change afterwards) or parts of p.
-type SliceReader interface {
-	ReadSlices(ctx context.Context, p []byte, off int64) ([][]byte, error)
-}
-
-// DirectSource reads straight from the backend, one ranged read per call.
-type DirectSource struct{}
-
-// Open implements Source.
-func (DirectSource) Open(_ context.Context, b backends.Backend, info backends.ObjectInfo) (Handle, error) {
-	return &directHandle{b: b, info: info}, nil
-}
-
-type directHandle struct {
-	b    backends.Backend
-	info backends.ObjectInfo
-}
-
-func (h *directHandle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	if off >= h.info.Size {
-		return 0, io.EOF
-	}
-	n := int64(len(p))
-	if off+n > h.info.Size {
-		n = h.info.Size - off
-	}
-	r, err := h.b.Read(ctx, h.info.Key, backends.ReadOptions{Offset: off, Length: n, IfVersion: h.info.Version})
-	if err != nil {
-		return 0, err
-	}
-	defer r.Close()
-	got, err := io.ReadFull(r, p[:n])
-	if err == io.ErrUnexpectedEOF || err == io.EOF {
-		// The object is shorter than its listing said: it changed under us.
-		return got, backends.Wrap("read", h.info.Key, backends.ErrVersionMismatch, err)
-	}
-	if err != nil {
-		return got, err
-	}
-	if int64(got) < int64(len(p)) {
-		return got, io.EOF
-	}
-	return got, nil
-}
-
-func (h *directHandle) Close() error { return nil }

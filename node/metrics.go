@@ -32,9 +32,9 @@ const (
 // whole and mounting the same target again starts from zero.
 type mountMetrics struct {
 	reg          *prometheus.Registry
+	labels       prometheus.Labels
 	backendBytes prometheus.Counter
 	backendReqs  *prometheus.CounterVec
-	servedBytes  prometheus.Counter
 	fuseReqs     *prometheus.CounterVec
 	fuseLatency  *prometheus.HistogramVec
 	fuse         map[string]fuseInstruments // by op; never written after newMountMetrics
@@ -44,20 +44,19 @@ func newMountMetrics(target string) *mountMetrics {
 	reg := prometheus.NewRegistry()
 	l := prometheus.Labels{"mount": target}
 	m := &mountMetrics{
-		reg: reg,
+		reg:    reg,
+		labels: l,
 		backendBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricBackendReadBytes, ConstLabels: l,
 			Help: "Bytes read from the store."}),
 		backendReqs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricBackendRequests, ConstLabels: l,
 			Help: "Requests sent to the store, by operation and result (ok, not_found, canceled, error)."}, []string{"op", "result"}),
-		servedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricMountReadBytes, ConstLabels: l,
-			Help: "Bytes the daemon served to readers of an input mount (reads the kernel serves by passthrough are not seen)."}),
 		fuseReqs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricFUSERequests, ConstLabels: l,
 			Help: "FUSE requests answered, by operation."}, []string{"op"}),
 		fuseLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricFUSELatency, ConstLabels: l,
 			Help:    "Time to answer a FUSE request, by operation.",
 			Buckets: prometheus.ExponentialBuckets(20e-6, 4, 10)}, []string{"op"}),
 	}
-	reg.MustRegister(m.backendBytes, m.backendReqs, m.servedBytes, m.fuseReqs, m.fuseLatency)
+	reg.MustRegister(m.backendBytes, m.backendReqs, m.fuseReqs, m.fuseLatency)
 	m.fuse = make(map[string]fuseInstruments, len(fuseOps))
 	for _, op := range fuseOps {
 		m.fuse[op] = fuseInstruments{m.fuseReqs.WithLabelValues(op), m.fuseLatency.WithLabelValues(op)}
@@ -103,21 +102,22 @@ type tierFigures struct {
 }
 
 // cacheTierFigures maps cache.Stats to the per-tier metrics.
-//
-// LEAD (merge with the cache branch): cache.Stats gains MemoryHitBytes,
-// DiskHitBytes and PassthroughBytes (and per-mount views). Replace the body
-// with those fields; until then hit bytes are approximated as blocks hit
-// times the block size (the last block of a file is shorter), passthrough
-// reads are invisible here (0) and the memory tier's size is not reported.
-func cacheTierFigures(st cache.Stats, blockSize int64) tierFigures {
+func cacheTierFigures(st cache.Stats) tierFigures {
 	return tierFigures{
 		hitBytes: map[string]int64{
-			"memory":      st.MemoryHits * blockSize,
-			"disk":        st.DiskHits * blockSize,
-			"passthrough": 0,
+			"memory":      st.MemoryHitBytes,
+			"disk":        st.DiskHitBytes,
+			"passthrough": st.PassthroughBytes,
 		},
-		tierBytes: map[string]int64{"disk": st.DiskBytes},
+		tierBytes: map[string]int64{"memory": st.MemoryBytes, "disk": st.DiskBytes},
 	}
+}
+
+// serveFrom exports the bytes an input mount's view of the cache served.
+func (m *mountMetrics) serveFrom(v *cache.View) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricMountReadBytes, ConstLabels: m.labels,
+		Help: "Bytes the daemon served to readers of an input mount (reads the kernel serves by passthrough are not seen)."},
+		func() float64 { return float64(v.Stats().BytesServed) }))
 }
 
 // nodeCollector exports the node-wide cache figures at scrape time.

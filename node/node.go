@@ -99,8 +99,9 @@ type MountStatus struct {
 	// BackendReadBytes and BackendRequests: what this mount asked of its store.
 	BackendReadBytes int64 `json:"backend_read_bytes"`
 	BackendRequests  int64 `json:"backend_requests"`
-	// CacheHitBytes by tier (memory, disk, passthrough) are node-wide
-	// until the cache gives per-mount views (see cacheTierFigures).
+	// CacheHitBytes: of this mount's reads, the bytes found in each tier
+	// (memory, disk), and the sizes of files handed to the kernel for
+	// passthrough (counted at open: the kernel reads those without us).
 	CacheHitBytes map[string]int64 `json:"cache_hit_bytes,omitempty"`
 	// Upload queue of an output mount.
 	UploadPendingFiles int64 `json:"upload_pending_files"`
@@ -134,7 +135,7 @@ type mount struct {
 	// Set before ready is closed, read-only afterwards.
 	srv            *mfs.Server
 	store          *writeback.Store // outputs
-	src            *countingSource  // inputs
+	view           *cache.View      // inputs: this mount's view of the node's cache
 	metrics        *mountMetrics
 	releaseBackend func()
 	done           chan struct{} // closed once unmounted and released
@@ -298,9 +299,10 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 		if err != nil {
 			return err
 		}
-		m.src = &countingSource{Source: c, m: m.metrics}
+		m.view = c.View()
+		m.metrics.serveFrom(m.view)
 		mopt.ReadOnly = true
-		srv, err := mfs.MountInput(target, b, mfs.InputOptions{Source: m.src, Key: key, Log: n.log}, mopt)
+		srv, err := mfs.MountInput(target, b, mfs.InputOptions{Source: m.view, Key: key, Log: n.log}, mopt)
 		if err != nil {
 			return err
 		}
@@ -376,9 +378,12 @@ func (n *Node) sharedCache() (*cache.Cache, error) {
 		return nil, fmt.Errorf("read cache: %w", err)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		// Blocks the memory tier dropped are garbage until the next GC; a
-		// soft limit keeps the heap near --cache-memory instead of twice it.
-		debug.SetMemoryLimit(c.MemoryBytes + 160<<20)
+		// The block arena holds --cache-memory plus a block per request in
+		// flight (64 MiB) for good; the rest (FUSE request buffers, upload
+		// parts, heap blocks when the arena runs dry) gets the 256 MiB the
+		// --cache-memory help promises. A tighter soft limit makes the GC
+		// run without end once the arena is counted against it.
+		debug.SetMemoryLimit(c.MemoryBytes + 64<<20 + 256<<20)
 	}
 	n.cache = sc
 	return sc, nil
@@ -392,7 +397,7 @@ func (n *Node) cacheFigures() (tierFigures, bool) {
 	if c == nil {
 		return tierFigures{}, false
 	}
-	return cacheTierFigures(c.Stats(), cache.DefaultOptions().BlockSize), true
+	return cacheTierFigures(c.Stats()), true
 }
 
 func (n *Node) countMounts() (in, out int) {
@@ -568,16 +573,14 @@ func (n *Node) Status() []MountStatus {
 		}
 	}
 	n.mu.Unlock()
-	fig, hasCache := n.cacheFigures()
 	out := make([]MountStatus, 0, len(ms))
 	for _, m := range ms {
 		s := MountStatus{MountInfo: m.info}
 		s.BackendReadBytes, s.BackendRequests = m.metrics.backendFigures()
-		if m.src != nil {
-			s.ReadBytes = m.src.n.Load()
-			if hasCache {
-				s.CacheHitBytes = fig.hitBytes
-			}
+		if m.view != nil {
+			v := m.view.Stats()
+			s.ReadBytes = v.BytesServed
+			s.CacheHitBytes = map[string]int64{"memory": v.MemoryHitBytes, "disk": v.DiskHitBytes, "passthrough": v.PassthroughBytes}
 		}
 		if m.store != nil {
 			u := m.store.UploadStats()

@@ -114,6 +114,9 @@ func fatal(err error) {
 // result is one run's figures.
 type result struct {
 	ColdMBs, IdealMBs, ColdRatio    float64
+	ColdCPUPerGiB                   float64 // daemon CPU-seconds (user+system) per GiB of the cold read
+	ColdMinorFaults                 int64   // daemon minor page faults during the cold read
+	ColdRandomReads, ColdBackendMB  int64   // from the cold daemon's closing log: reads not seen as sequential, MB fetched
 	WarmMBs, DirectMBs, WarmRatio   float64
 	WarmGETs                        int64 // emulator GETs during the warm read: must be 0
 	EpochColdS, EpochWarmS, EpochLS float64
@@ -328,6 +331,31 @@ func (m *mount) peakRSS() int64 {
 	return -1
 }
 
+// logField finds name=N in the daemon's log (the cache's closing line).
+func logField(log, name string) int64 {
+	m := regexp.MustCompile(`\b`+name+`=(\d+)`).FindAllStringSubmatch(log, -1)
+	if len(m) == 0 {
+		return -1
+	}
+	n, _ := strconv.ParseInt(m[len(m)-1][1], 10, 64)
+	return n
+}
+
+// cpu is the daemon's CPU time so far (user + system, seconds) and its
+// minor page faults, from /proc/PID/stat.
+func (m *mount) cpu() (float64, int64) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0
+	}
+	// Fields after the command name (which may hold spaces) in ")".
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	minflt, _ := strconv.ParseInt(f[7], 10, 64)
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return float64(utime+stime) / 100, minflt // USER_HZ is 100 on Linux
+}
+
 // stop unmounts (SIGTERM) and returns the daemon's peak RSS.
 func (m *mount) stop() int64 {
 	rss := m.peakRSS()
@@ -460,10 +488,14 @@ func benchBig(ctx context.Context, c config, emu *emulator, ideal backends.Backe
 		m.stop()
 		return err
 	}
+	cpu0, flt0 := m.cpu()
 	if res.ColdMBs, err = primed(func() (float64, error) { return readSeq(filepath.Join(mnt, "file.bin")) }); err != nil {
 		m.stop()
 		return fmt.Errorf("cold read: %w", err)
 	}
+	cpu1, flt1 := m.cpu()
+	res.ColdCPUPerGiB = (cpu1 - cpu0) / (float64(c.bigSize) / (1 << 30))
+	res.ColdMinorFaults = flt1 - flt0
 	after, err := primed(idealOnce)
 	if err != nil {
 		m.stop()
@@ -473,6 +505,8 @@ func benchBig(ctx context.Context, c config, emu *emulator, ideal backends.Backe
 	res.ColdRatio = res.ColdMBs / res.IdealMBs
 	cacheFile, err := completeCacheFile(cacheDir, c.bigSize, 5*time.Minute)
 	res.PeakRSS = max(res.PeakRSS, m.stop())
+	res.ColdRandomReads = logField(m.stderr.String(), "random_reads")
+	res.ColdBackendMB = logField(m.stderr.String(), "backend_bytes") / 1e6
 	if err != nil {
 		return err
 	}
@@ -631,6 +665,9 @@ func report(c config, rs []result, rssBound int64) {
 		fmt.Printf("cold sequential %s: mount %.0f MB/s / ideal %d x %s ranged GETs %.0f MB/s = %.2f\n",
 			humanize.IBytes(uint64(c.bigSize)), col(func(r result) float64 { return r.ColdMBs }), c.streams, humanize.IBytes(uint64(c.chunk)),
 			col(func(r result) float64 { return r.IdealMBs }), col(func(r result) float64 { return r.ColdRatio }))
+		fmt.Printf("cold read, daemon: %.2f CPU-seconds per GiB, %.0f minor page faults, %.0f random reads, %.0f MB fetched\n",
+			col(func(r result) float64 { return r.ColdCPUPerGiB }), col(func(r result) float64 { return float64(r.ColdMinorFaults) }),
+			col(func(r result) float64 { return float64(r.ColdRandomReads) }), col(func(r result) float64 { return float64(r.ColdBackendMB) }))
 	}
 	if c.only != "big" {
 		fmt.Printf("epoch of %d x %s files, %d readers, shuffled: local disk %.2fs; cold %.2fs (ratio %.2f); warm %.2fs (ratio %.2f)\n",

@@ -1,0 +1,136 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// smallArenaCache is a cache whose arena is a dozen blocks, so that a few
+// MiB of reads recycle every block many times.
+func smallArenaCache(t *testing.T, dir string) *Cache {
+	return newTestCache(t, Options{Dir: dir, MemoryBytes: 8 * MiB, TotalRequests: 4, FileRequests: 2,
+		MinWindow: MiB, MaxWindow: 2 * MiB, MaxRequestBytes: 2 * MiB, SmallFileBytes: 1})
+}
+
+// TestHeldSlicesSurviveRecycling holds the slices of a read (as a FUSE
+// reply not yet written does) while other reads churn every block of the
+// arena: the held bytes must not change, and once released and the cache
+// closed, every block is back in the arena exactly once.
+func TestHeldSlicesSurviveRecycling(t *testing.T) {
+	for _, dir := range []string{"", t.TempDir()} {
+		t.Run(fmt.Sprintf("disk=%v", dir != ""), func(t *testing.T) {
+			b := newFake("fake://a/")
+			a := randomData(200, 3*MiB)
+			ia := b.put("a", a)
+			ib := b.put("b", randomData(201, 48*MiB))
+			c := smallArenaCache(t, dir)
+			total := c.arena.available()
+
+			ha := open(t, c, b, ia)
+			p := make([]byte, 2*MiB)
+			vecs, release, err := ha.(SliceReader).ReadSlices(context.Background(), p, MiB/2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(bytes.Join(vecs, nil), a[MiB/2:MiB/2+2*MiB]) {
+				t.Fatal("first read differs")
+			}
+			inMemory := 0
+			for _, v := range vecs {
+				if &v[0] != &p[0] && &v[0] != &p[len(p)-len(v)] {
+					inMemory++
+				}
+			}
+			if inMemory == 0 {
+				t.Fatal("no slice of a block in memory: the test proves nothing")
+			}
+			readFile(t, c, b, ib) // 48 blocks through an arena of 12
+			c.quiesce()
+			if !bytes.Equal(bytes.Join(vecs, nil), a[MiB/2:MiB/2+2*MiB]) {
+				t.Fatal("held slices changed while other reads recycled the arena")
+			}
+			release()
+			ha.Close()
+			c.quiesce()
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.arena.available(); got != total {
+				t.Fatalf("after close, %d of %d arena blocks are free: references leaked or a block was freed twice", got, total)
+			}
+		})
+	}
+}
+
+// TestConcurrentSliceReadsRecycleSafely: many readers, slices held across
+// other readers' progress, an arena recycled all the time; run with -race.
+func TestConcurrentSliceReadsRecycleSafely(t *testing.T) {
+	b := newFake("fake://a/")
+	var infos []backends.ObjectInfo
+	var datas [][]byte
+	for i := range 4 {
+		d := randomData(uint64(210+i), 6*MiB+i*4099)
+		datas = append(datas, d)
+		infos = append(infos, b.put(fmt.Sprintf("c%d", i), d))
+	}
+	c := smallArenaCache(t, t.TempDir())
+	total := c.arena.available()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			for range 40 {
+				i := r.IntN(len(infos))
+				h, err := c.Open(context.Background(), b, infos[i])
+				if err != nil {
+					errs <- err
+					return
+				}
+				off := r.Int64N(infos[i].Size)
+				p := make([]byte, r.IntN(3*MiB)+1)
+				vecs, release, err := h.(SliceReader).ReadSlices(context.Background(), p, off)
+				if err != nil && err != io.EOF {
+					release()
+					h.Close()
+					errs <- err
+					return
+				}
+				want := datas[i][off:min(off+int64(len(p)), infos[i].Size)]
+				runtime.Gosched() // others read and recycle meanwhile
+				got := bytes.Join(vecs, nil)
+				release()
+				h.Close()
+				if !bytes.Equal(got, want) {
+					errs <- fmt.Errorf("object %d at %d: slices differ from the object (recycled under the reader?)", i, off)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	c.quiesce()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.arena.available(); got != total {
+		t.Fatalf("after close, %d of %d arena blocks are free", got, total)
+	}
+	if st := c.Stats(); st.BackendBytes <= int64(total)*MiB {
+		t.Fatalf("fetched %d bytes through an arena of %d blocks: nothing was recycled, the test proves nothing", st.BackendBytes, total)
+	}
+}
