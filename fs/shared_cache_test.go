@@ -22,8 +22,8 @@ import (
 // on one host have) and its own View of one shared cache, read the same
 // object: the store serves it once, as the emulator's counters show.
 func TestSharedCacheFetchesOnce(t *testing.T) {
-	t.Setenv("OSS_ACCESS_KEY_ID", "test-id")
-	t.Setenv("OSS_ACCESS_KEY_SECRET", "test-secret")
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	t.Setenv("OSS_SESSION_TOKEN", "")
 	t.Setenv("OSS_ENDPOINT", "")
 	root := t.TempDir()
