@@ -279,6 +279,7 @@ func (c *Cache) open(v *View, b backends.Backend, info backends.ObjectInfo) (Han
 		return nil, err
 	}
 	h := &handle{c: c, e: e, src: src, ptFd: -1}
+	e.readers.Add(1)
 	e.mu.Lock()
 	complete := e.complete
 	if complete && e.file != nil && !c.opt.NoPassthrough {

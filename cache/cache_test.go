@@ -688,3 +688,27 @@ func TestReadSlicesMatchReadAt(t *testing.T) {
 		t.Fatalf("from disk: the slices should be parts of p")
 	}
 }
+
+// TestSharedObjectFetchedOnce: two readers of one object (two jobs reading
+// one dataset) with a disk slower than the store (a write queue of one
+// block) and little memory. Blocks the first reader gets must wait for the
+// disk rather than be dropped, or the second reader fetches them again.
+func TestSharedObjectFetchedOnce(t *testing.T) {
+	b := newFake("fake://a/")
+	const size = 40 * MiB
+	data := randomData(81, size)
+	info := b.put("shard", data)
+	c := newTestCache(t, Options{Dir: t.TempDir(), MemoryBytes: 8 * MiB, writeQueueBytes: MiB})
+	h1, h2 := open(t, c, b, info), open(t, c, b, info)
+	defer h2.Close()
+	if got := readAll(t, h1, size, 128<<10); !bytes.Equal(got, data) {
+		t.Fatal("first reader: data differs")
+	}
+	h1.Close()
+	if got := readAll(t, h2, size, 128<<10); !bytes.Equal(got, data) {
+		t.Fatal("second reader: data differs")
+	}
+	if got := b.fetchedBytes(); got != size {
+		t.Fatalf("two readers of a %d-byte object fetched %d bytes: %s", int64(size), got, describeReads(b.readLog()))
+	}
+}

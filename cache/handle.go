@@ -262,6 +262,7 @@ func (h *handle) Close() error {
 	}
 	h.closed = true
 	h.mu.Unlock()
+	h.e.readers.Add(-1)
 	h.e.mu.Lock()
 	complete := h.e.complete
 	h.e.mu.Unlock()
