@@ -78,6 +78,11 @@ type Runner struct {
 	// root); the working directory is handed to that user. Nil: mlfsd's
 	// own user.
 	RunAs *Identity
+	// DetachStale, when set, is given each channel's mountpoint before the
+	// layout is made: it detaches a stale mount an mlfsd left there (its
+	// daemon was killed), so running the job again heals it. Nil, or a
+	// stale mount it leaves alone: the mountpoint is refused.
+	DetachStale func(mountpoint string) error
 }
 
 // mount is one mounted channel of a run.
@@ -216,6 +221,13 @@ func (r *Runner) start(ctx context.Context, log *slog.Logger) (mounts []mount, e
 	}
 	for _, ch := range p.Outputs {
 		dirs = append(dirs, p.OutputDir(ch))
+	}
+	if r.DetachStale != nil {
+		for _, d := range dirs[2:] { // the channels' mountpoints
+			if err := r.DetachStale(d); err != nil {
+				return nil, fmt.Errorf("create layout: %w", err)
+			}
+		}
 	}
 	for _, d := range dirs {
 		if err := c.mkdir(d); err != nil {

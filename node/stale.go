@@ -37,6 +37,24 @@ func PrepareMountpoint(target string, log *slog.Logger) error {
 	return mfs.CheckMountpoint(target)
 }
 
+// DetachStale lazily unmounts target when it is a stale mlfsd mount (its
+// daemon died), and reports whether it did; anything else at target, a
+// stale mount of another filesystem included, is left as it is for the
+// caller's own checks to refuse.
+func DetachStale(target string, log *slog.Logger) (bool, error) {
+	if !isStale(target) {
+		return false, nil
+	}
+	if t, ok := mountType(target); !ok || t != fuseType {
+		return false, nil
+	}
+	log.Warn("mountpoint is a stale mlfsd mount (its daemon died); detaching it", "mountpoint", target)
+	if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
+		return false, fmt.Errorf("lazy unmount of the stale mlfsd mount at %s: %w", target, err)
+	}
+	return true, nil
+}
+
 // isStale reports whether target is a FUSE mount whose daemon is gone.
 func isStale(target string) bool {
 	var sfs unix.Statfs_t

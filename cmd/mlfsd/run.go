@@ -120,6 +120,10 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 				Withhold: []string{"OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET", "OSS_SESSION_TOKEN"},
 				Log:      a.log,
 				RunAs:    runAs,
+				DetachStale: func(mp string) error {
+					_, err := node.DetachStale(mp, a.log)
+					return err
+				},
 			}
 			status, err := r.Run(ctx)
 			switch {
