@@ -120,14 +120,23 @@ func (s *Server) authenticate(r *http.Request, rc *reqCtx) *authError {
 			}
 		}
 		want = func(secret string) (string, *authError) {
+			// A request to a bucket itself ("/bkt?prefix=") is signed
+			// "/bkt/" by S3 (as for a virtual-hosted "/"), and as sent
+			// by some clients: both pass.
+			slashes := []bool{false}
+			if rc.key == "" && rc.bucket != "" && !rc.vhost {
+				slashes = append(slashes, true)
+			}
 			var first string
 			for _, d := range dates {
-				sig := s3V2Signature(r, rc, d, secret)
-				if hmac.Equal([]byte(sig), []byte(got)) {
-					return sig, nil
-				}
-				if first == "" {
-					first = sig
+				for _, slash := range slashes {
+					sig := s3V2Signature(r, rc, d, secret, slash)
+					if hmac.Equal([]byte(sig), []byte(got)) {
+						return sig, nil
+					}
+					if first == "" {
+						first = sig
+					}
 				}
 			}
 			return first, nil
@@ -392,8 +401,9 @@ var s3V2SignedParams = map[string]bool{
 
 // s3V2Signature is base64(HMAC-SHA1(secret, VERB\nContent-MD5\nContent-Type\n
 // Date\nCanonicalizedAmzHeaders CanonicalizedResource)), the resource being
-// the path as sent (with /bucket in front for a virtual-hosted request).
-func s3V2Signature(r *http.Request, rc *reqCtx, date, secret string) string {
+// the path as sent (with /bucket in front for a virtual-hosted request, and
+// a '/' added to a bare "/bucket" when bucketSlash).
+func s3V2Signature(r *http.Request, rc *reqCtx, date, secret string, bucketSlash bool) string {
 	var names []string
 	for k := range r.Header {
 		if lk := strings.ToLower(k); strings.HasPrefix(lk, "x-amz-") {
@@ -416,6 +426,9 @@ func s3V2Signature(r *http.Request, rc *reqCtx, date, secret string) string {
 	res := path
 	if rc.vhost {
 		res = "/" + rc.bucket + path
+	}
+	if bucketSlash && !strings.HasSuffix(res, "/") {
+		res += "/"
 	}
 	q := r.URL.Query()
 	var keys []string

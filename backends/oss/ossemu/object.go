@@ -69,9 +69,12 @@ func (s *Server) setObjectHeaders(w http.ResponseWriter, rc *reqCtx, oi objInfo)
 	if oi.HasCRC {
 		h.Set("x-oss-hash-crc64ecma", strconv.FormatUint(oi.CRC64, 10))
 	}
+	// Sent lower-case, as the stores do (h.Set would send "X-Amz-Meta-Who"):
+	// boto3 keeps the case of what follows the prefix.
 	for k, v := range oi.User {
-		h.Set(rc.metaPrefix()+k, v)
+		h[rc.metaPrefix()+k] = []string{v}
 	}
+	taggingCountHeader(h, rc, oi.Tags)
 }
 
 // parseRange parses a single "bytes=" range against size. ok is false for
@@ -370,6 +373,11 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		s.receiveError(w, r, rc, err)
 		return
 	}
+	acl, tags, err := objectHeaders(r, rc)
+	if err != nil {
+		s.badHeader(w, r, rc, err)
+		return
+	}
 	f, hw, err := s.receive(r, rc)
 	if err != nil {
 		s.receiveError(w, r, rc, err)
@@ -386,12 +394,18 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 			s.receiveError(w, r, rc, err)
 			return
 		}
+		if acl != "" || tags != nil {
+			if err := s.updateObjectMeta(rc.bucket, rc.key, func(m *meta) { m.ACL, m.Tags = acl, tags }); err != nil {
+				s.receiveError(w, r, rc, err)
+				return
+			}
+		}
 		w.Header().Set("ETag", `"`+emptyMD5+`"`)
 		w.Header().Set("x-oss-hash-crc64ecma", "0")
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	m := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header)}
+	m := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), ACL: acl, Tags: tags}
 	oi, err := s.publish(f, rc.bucket, rc.key, m)
 	if err != nil {
 		s.receiveError(w, r, rc, err)
@@ -441,6 +455,11 @@ func (s *Server) handleCopy(w http.ResponseWriter, r *http.Request, rc *reqCtx) 
 		s.receiveError(w, r, rc, errBadKey)
 		return
 	}
+	acl, tags, err := objectHeaders(r, rc)
+	if err != nil {
+		s.badHeader(w, r, rc, err)
+		return
+	}
 	src, err := s.lookup(srcBucket, srcKey)
 	if err != nil || src.isDir {
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified source key does not exist.")
@@ -480,6 +499,13 @@ func (s *Server) handleCopy(w http.ResponseWriter, r *http.Request, rc *reqCtx) 
 	directive := r.Header.Get("x-oss-metadata-directive") + r.Header.Get("x-amz-metadata-directive")
 	if strings.EqualFold(directive, "REPLACE") {
 		m.CType, m.User = r.Header.Get("Content-Type"), userMeta(r.Header)
+	}
+	// As in the stores: the copy gets the ACL the request sets (none: the
+	// default), and the source's tags unless the tagging directive is
+	// REPLACE.
+	m.ACL = acl
+	if d := r.Header.Get("x-oss-tagging-directive") + r.Header.Get("x-amz-tagging-directive"); strings.EqualFold(d, "REPLACE") {
+		m.Tags = tags
 	}
 	oi, err := s.publish(f, rc.bucket, rc.key, m)
 	if err != nil {
