@@ -216,7 +216,7 @@ func etagMatch(header, etag string) bool {
 
 // bodyReader returns the request's payload, decoding aws-chunked uploads,
 // and its declared length (-1 when unknown).
-func bodyReader(r *http.Request) (io.Reader, int64) {
+func bodyReader(r *http.Request, rc *reqCtx) (io.Reader, int64) {
 	body := requestBody(r)
 	sha := r.Header.Get("X-Amz-Content-Sha256")
 	if strings.HasPrefix(sha, "STREAMING-") || strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") {
@@ -224,7 +224,7 @@ func bodyReader(r *http.Request) (io.Reader, int64) {
 		if err != nil {
 			n = -1
 		}
-		return &awsChunkedReader{r: bufio.NewReader(body)}, n
+		return &awsChunkedReader{r: bufio.NewReader(body), sig: rc.chunks, h: sha256.New()}, n
 	}
 	return body, r.ContentLength
 }
@@ -237,7 +237,7 @@ func (s *Server) receive(r *http.Request, rc *reqCtx) (*os.File, *hashWriter, er
 		drainBody(r)
 		return nil, nil, err
 	}
-	body, n := bodyReader(r)
+	body, n := bodyReader(r, rc)
 	f, err := s.tempFile()
 	if err != nil {
 		return nil, nil, err
@@ -355,6 +355,8 @@ func digestChecks(r *http.Request, rc *reqCtx) ([]digestCheck, error) {
 func (s *Server) receiveError(w http.ResponseWriter, r *http.Request, rc *reqCtx, err error) {
 	var de *digestError
 	switch {
+	case errors.As(err, &de) && de.code == "SignatureDoesNotMatch":
+		s.writeError(w, r, rc, http.StatusForbidden, de.code, de.msg)
 	case errors.As(err, &de):
 		s.writeError(w, r, rc, http.StatusBadRequest, de.code, de.msg)
 	case errors.Is(err, errBadKey):
@@ -567,12 +569,20 @@ func (s *Server) handleDeleteMulti(w http.ResponseWriter, r *http.Request, rc *r
 
 // awsChunkedReader decodes the aws-chunked content encoding (SigV4
 // streaming uploads): "<hex-size>[;chunk-signature=...]\r\n<data>\r\n",
-// ending with a zero-size chunk and optional trailers.
+// ending with a zero-size chunk and optional trailers. With sig set, each
+// chunk's signature (the zero-size one included) is checked once its data
+// is in: a bad one fails the read before EOF, so nothing is stored.
 type awsChunkedReader struct {
 	r    *bufio.Reader
 	left int64
 	done bool
+	sig  *chunkSigning // nil: signatures not checked (unsigned or anonymous)
+	h    hash.Hash     // SHA-256 of the current chunk's data
+	cur  string        // the current chunk's signature
 }
+
+var errChunkSignature = &digestError{code: "SignatureDoesNotMatch",
+	msg: "The request signature we calculated does not match the signature you provided. Check your key and signing method."}
 
 func (c *awsChunkedReader) Read(p []byte) (int, error) {
 	for c.left == 0 {
@@ -587,13 +597,18 @@ func (c *awsChunkedReader) Read(p []byte) (int, error) {
 		if line == "" {
 			continue // the CRLF after a chunk's data
 		}
-		sz, _, _ := strings.Cut(line, ";")
+		sz, ext, _ := strings.Cut(line, ";")
 		n, err := strconv.ParseInt(strings.TrimSpace(sz), 16, 64)
 		if err != nil || n < 0 {
 			return 0, fmt.Errorf("aws-chunked: bad chunk header %q", line)
 		}
+		c.cur = strings.TrimPrefix(ext, "chunk-signature=")
+		c.h.Reset()
 		if n == 0 {
 			c.done = true
+			if c.sig != nil && !c.sig.next(c.cur, c.h.Sum(nil)) {
+				return 0, errChunkSignature
+			}
 			// Trailers (if any) up to an empty line or EOF.
 			for {
 				l, err := c.r.ReadString('\n')
@@ -610,8 +625,12 @@ func (c *awsChunkedReader) Read(p []byte) (int, error) {
 	}
 	n, err := c.r.Read(p)
 	c.left -= int64(n)
+	c.h.Write(p[:n])
 	if err == io.EOF && c.left > 0 {
 		err = io.ErrUnexpectedEOF
+	}
+	if c.left == 0 && c.sig != nil && !c.sig.next(c.cur, c.h.Sum(nil)) {
+		return n, errChunkSignature
 	}
 	return n, err
 }

@@ -251,6 +251,9 @@ type reqCtx struct {
 	vhost  bool   // the bucket came from the Host header (virtual-hosted style)
 	id     string // request id
 	fault  FaultKind
+	// chunks verifies a streaming SigV4 body's chunk signatures; nil
+	// unless the request is one (set by authenticate).
+	chunks *chunkSigning
 }
 
 func (s *Server) newRequestID() string {
