@@ -224,7 +224,15 @@ func bodyReader(r *http.Request, rc *reqCtx) (io.Reader, int64) {
 		if err != nil {
 			n = -1
 		}
-		return &awsChunkedReader{r: bufio.NewReader(body), sig: rc.chunks, h: sha256.New()}, n
+		c := &awsChunkedReader{r: bufio.NewReader(body), sig: rc.chunks, h: sha256.New()}
+		// A checksum sent as a trailer (X-Amz-Trailer: x-amz-checksum-crc32,
+		// ...) is checked against the decoded data at the end.
+		if t := strings.ToLower(strings.TrimSpace(r.Header.Get("X-Amz-Trailer"))); strings.HasPrefix(t, "x-amz-checksum-") {
+			if nh := checksumAlgs[strings.TrimPrefix(t, "x-amz-checksum-")]; nh != nil {
+				c.trailer, c.sum = t, nh()
+			}
+		}
+		return c, n
 	}
 	return body, r.ContentLength
 }
@@ -579,6 +587,17 @@ type awsChunkedReader struct {
 	sig  *chunkSigning // nil: signatures not checked (unsigned or anonymous)
 	h    hash.Hash     // SHA-256 of the current chunk's data
 	cur  string        // the current chunk's signature
+
+	trailer string    // the checksum trailer announced ("" when none)
+	sum     hash.Hash // the trailer's checksum of all the data
+}
+
+// checksumAlgs are S3's additional checksums, by header suffix.
+var checksumAlgs = map[string]func() hash.Hash{
+	"crc32":  func() hash.Hash { return crc32.NewIEEE() },
+	"crc32c": func() hash.Hash { return crc32.New(crc32.MakeTable(crc32.Castagnoli)) },
+	"sha1":   sha1.New,
+	"sha256": sha256.New,
 }
 
 var errChunkSignature = &digestError{code: "SignatureDoesNotMatch",
@@ -610,11 +629,27 @@ func (c *awsChunkedReader) Read(p []byte) (int, error) {
 				return 0, errChunkSignature
 			}
 			// Trailers (if any) up to an empty line or EOF.
+			seen := false
 			for {
 				l, err := c.r.ReadString('\n')
-				if err != nil || strings.TrimRight(l, "\r\n") == "" {
+				l = strings.TrimRight(l, "\r\n")
+				if l == "" {
 					break
 				}
+				k, v, _ := strings.Cut(l, ":")
+				if c.sum != nil && strings.EqualFold(strings.TrimSpace(k), c.trailer) {
+					seen = true
+					if strings.TrimSpace(v) != base64.StdEncoding.EncodeToString(c.sum.Sum(nil)) {
+						alg := strings.ToUpper(strings.TrimPrefix(c.trailer, "x-amz-checksum-"))
+						return 0, &digestError{code: "BadDigest", msg: "The " + alg + " you specified did not match the calculated checksum."}
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+			if c.sum != nil && !seen {
+				return 0, &digestError{code: "MalformedTrailerError", msg: "The request contained trailing data that was not well-formed or did not conform to our published schema."}
 			}
 			return 0, io.EOF
 		}
@@ -626,6 +661,9 @@ func (c *awsChunkedReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.left -= int64(n)
 	c.h.Write(p[:n])
+	if c.sum != nil {
+		c.sum.Write(p[:n])
+	}
 	if err == io.EOF && c.left > 0 {
 		err = io.ErrUnexpectedEOF
 	}
