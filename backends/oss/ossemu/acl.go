@@ -497,3 +497,42 @@ func taggingCountHeader(h http.Header, rc *reqCtx, tags []tag) {
 	}
 	h.Set(name, strconv.Itoa(len(tags)))
 }
+
+type s3Grantee struct {
+	XSI         string `xml:"xmlns:xsi,attr"`
+	Type        string `xml:"xsi:type,attr"`
+	ID          string `xml:"ID,omitempty"`
+	DisplayName string `xml:"DisplayName,omitempty"`
+	URI         string `xml:"URI,omitempty"`
+}
+
+type s3Grant struct {
+	Grantee    s3Grantee `xml:"Grantee"`
+	Permission string    `xml:"Permission"`
+}
+
+type s3ACLResult struct {
+	XMLName xml.Name  `xml:"http://s3.amazonaws.com/doc/2006-03-01/ AccessControlPolicy"`
+	Owner   owner     `xml:"Owner"`
+	Grants  []s3Grant `xml:"AccessControlList>Grant"`
+}
+
+// s3ACL renders a canned ACL as S3's grant list: the owner's
+// FULL_CONTROL, plus READ (and WRITE) for AllUsers or AuthenticatedUsers.
+func s3ACL(canned string) s3ACLResult {
+	const xsi = "http://www.w3.org/2001/XMLSchema-instance"
+	o := owner{ID: "ossemu", DisplayName: "ossemu"}
+	out := s3ACLResult{Owner: o, Grants: []s3Grant{{Grantee: s3Grantee{XSI: xsi, Type: "CanonicalUser", ID: o.ID, DisplayName: o.DisplayName}, Permission: "FULL_CONTROL"}}}
+	group := func(g, perm string) s3Grant {
+		return s3Grant{Grantee: s3Grantee{XSI: xsi, Type: "Group", URI: "http://acs.amazonaws.com/groups/global/" + g}, Permission: perm}
+	}
+	switch canned {
+	case "public-read":
+		out.Grants = append(out.Grants, group("AllUsers", "READ"))
+	case "public-read-write":
+		out.Grants = append(out.Grants, group("AllUsers", "READ"), group("AllUsers", "WRITE"))
+	case "authenticated-read":
+		out.Grants = append(out.Grants, group("AuthenticatedUsers", "READ"))
+	}
+	return out
+}

@@ -582,6 +582,8 @@ func (s *Server) handleBucketConfig(w http.ResponseWriter, r *http.Request, rc *
 		return
 	}
 	switch {
+	case q.Has("acl") && rc.s3:
+		s.writeXML(w, r, rc, http.StatusOK, s3ACL(s.bucketACL(rc.bucket)))
 	case q.Has("acl"):
 		s.writeXML(w, r, rc, http.StatusOK, xmlACL{Owner: owner{ID: "ossemu", DisplayName: "ossemu"}, Grant: s.bucketACL(rc.bucket)})
 	case q.Has("tagging"):
@@ -609,11 +611,12 @@ func (s *Server) handleObjectConfig(w http.ResponseWriter, r *http.Request, rc *
 	}
 	if q.Has("acl") {
 		grant := oi.ACL
+		if rc.s3 {
+			s.writeXML(w, r, rc, http.StatusOK, s3ACL(grant))
+			return
+		}
 		if grant == "" {
 			grant = "default"
-			if rc.s3 {
-				grant = "private"
-			}
 		}
 		s.writeXML(w, r, rc, http.StatusOK, xmlACL{Owner: owner{ID: "ossemu", DisplayName: "ossemu"}, Grant: grant})
 		return

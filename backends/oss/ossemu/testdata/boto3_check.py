@@ -152,7 +152,11 @@ if not v2:
     s3.delete_object_tagging(Bucket=bucket, Key=p + "copy")
     check(s3.get_object_tagging(Bucket=bucket, Key=p + "copy")["TagSet"] == [], "tags after delete")
     g = s3.get_object_acl(Bucket=bucket, Key=p + "copy")
-    check(g["Owner"]["ID"] == "ossemu", "ACL owner %r" % g["Owner"])
+    grants = sorted((x["Grantee"]["Type"], x["Grantee"].get("URI", x["Grantee"].get("ID")), x["Permission"]) for x in g["Grants"])
+    check(grants == [("CanonicalUser", g["Owner"]["ID"], "FULL_CONTROL"),
+                     ("Group", "http://acs.amazonaws.com/groups/global/AllUsers", "READ")], "grants %r" % g["Grants"])
+    s3.put_object_acl(Bucket=bucket, Key=p + "copy", ACL="private")
+    check(len(s3.get_object_acl(Bucket=bucket, Key=p + "copy")["Grants"]) == 1, "grants after private")
 
 # A wrong secret: 403 SignatureDoesNotMatch, nothing written.
 try:
