@@ -37,6 +37,10 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, rc *reqCtx
 		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidArgument", "position must be a non-negative integer")
 		return
 	}
+	if _, _, err := objectHeaders(r, rc); err != nil {
+		s.badHeader(w, r, rc, err)
+		return
+	}
 	// Check before taking the body, as OSS does (it answers at once).
 	if cur, ok, code := s.appendTarget(rc); !ok {
 		s.appendRefused(w, r, rc, cur, code)
@@ -79,6 +83,7 @@ func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, rc *reqCtx
 			if _, err = io.Copy(f2, f); err == nil {
 				m0 := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, Appendable: true,
 					CType: r.Header.Get("Content-Type"), User: userMeta(r.Header)}
+				m0.ACL, m0.Tags, _ = objectHeaders(r, rc) // checked on entry
 				oi, err = s.publish(f2, rc.bucket, rc.key, m0)
 				m = oi.meta
 			}

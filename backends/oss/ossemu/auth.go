@@ -46,6 +46,7 @@ func (s *Server) authenticate(r *http.Request, rc *reqCtx) *authError {
 	auth := r.Header.Get("Authorization")
 	q := r.URL.Query()
 	var scheme string
+	var streaming string // the Credential of a streaming SigV4 upload
 	switch {
 	case strings.HasPrefix(auth, "OSS "):
 		scheme = "oss1"
@@ -120,14 +121,23 @@ func (s *Server) authenticate(r *http.Request, rc *reqCtx) *authError {
 			}
 		}
 		want = func(secret string) (string, *authError) {
+			// A request to a bucket itself ("/bkt?prefix=") is signed
+			// "/bkt/" by S3 (as for a virtual-hosted "/"), and as sent
+			// by some clients: both pass.
+			slashes := []bool{false}
+			if rc.key == "" && rc.bucket != "" && !rc.vhost {
+				slashes = append(slashes, true)
+			}
 			var first string
 			for _, d := range dates {
-				sig := s3V2Signature(r, rc, d, secret)
-				if hmac.Equal([]byte(sig), []byte(got)) {
-					return sig, nil
-				}
-				if first == "" {
-					first = sig
+				for _, slash := range slashes {
+					sig := s3V2Signature(r, rc, d, secret, slash)
+					if hmac.Equal([]byte(sig), []byte(got)) {
+						return sig, nil
+					}
+					if first == "" {
+						first = sig
+					}
 				}
 			}
 			return first, nil
@@ -150,6 +160,9 @@ func (s *Server) authenticate(r *http.Request, rc *reqCtx) *authError {
 		want = func(secret string) (string, *authError) {
 			return s3V4Signature(r, fields, scheme == "s3v4-query", secret)
 		}
+		if scheme == "s3v4" && strings.HasPrefix(r.Header.Get("X-Amz-Content-Sha256"), "STREAMING-AWS4-HMAC-SHA256-PAYLOAD") {
+			streaming = fields["Credential"]
+		}
 	}
 	if s.opt.AccessKeyID != "" && ak != s.opt.AccessKeyID {
 		if rc.s3 {
@@ -167,7 +180,48 @@ func (s *Server) authenticate(r *http.Request, rc *reqCtx) *authError {
 	if got == "" || !hmac.Equal([]byte(sig), []byte(got)) {
 		return errSignature
 	}
+	if streaming != "" {
+		// Each chunk of the body is signed in a chain from this seed
+		// signature (awsChunkedReader checks them).
+		cred := strings.Split(streaming, "/")
+		rc.chunks = &chunkSigning{key: s3V4Key(s.opt.AccessKeySecret, cred), date: r.Header.Get("X-Amz-Date"),
+			scope: strings.Join(cred[1:], "/"), prev: got}
+	}
 	return nil
+}
+
+// chunkSigning is what verifying a STREAMING-AWS4-HMAC-SHA256-PAYLOAD
+// body's chunk signatures needs: the signing key, the request's time and
+// scope, and the previous signature in the chain (the seed first).
+type chunkSigning struct {
+	key         []byte
+	date, scope string
+	prev        string
+}
+
+// emptySHA256 is the hex SHA-256 of nothing (chunk signatures sign the
+// empty chunk headers with it).
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// next checks one chunk's signature given its data's SHA-256, and moves
+// the chain on.
+func (c *chunkSigning) next(sig string, dataSum []byte) bool {
+	sts := "AWS4-HMAC-SHA256-PAYLOAD\n" + c.date + "\n" + c.scope + "\n" + c.prev + "\n" + emptySHA256 + "\n" + hex.EncodeToString(dataSum)
+	want := hex.EncodeToString(hmacSum(sha256.New, c.key, sts))
+	if !hmac.Equal([]byte(want), []byte(sig)) {
+		return false
+	}
+	c.prev = sig
+	return true
+}
+
+// s3V4Key derives SigV4's signing key from a Credential's fields
+// (AK/DATE/REGION/SERVICE/aws4_request).
+func s3V4Key(secret string, cred []string) []byte {
+	k := hmacSum(sha256.New, []byte("AWS4"+secret), cred[1])
+	k = hmacSum(sha256.New, k, cred[2])
+	k = hmacSum(sha256.New, k, cred[3])
+	return hmacSum(sha256.New, k, "aws4_request")
 }
 
 // authFields splits "Credential=..., SignedHeaders=..., Signature=..." (AWS
@@ -392,8 +446,9 @@ var s3V2SignedParams = map[string]bool{
 
 // s3V2Signature is base64(HMAC-SHA1(secret, VERB\nContent-MD5\nContent-Type\n
 // Date\nCanonicalizedAmzHeaders CanonicalizedResource)), the resource being
-// the path as sent (with /bucket in front for a virtual-hosted request).
-func s3V2Signature(r *http.Request, rc *reqCtx, date, secret string) string {
+// the path as sent (with /bucket in front for a virtual-hosted request, and
+// a '/' added to a bare "/bucket" when bucketSlash).
+func s3V2Signature(r *http.Request, rc *reqCtx, date, secret string, bucketSlash bool) string {
 	var names []string
 	for k := range r.Header {
 		if lk := strings.ToLower(k); strings.HasPrefix(lk, "x-amz-") {
@@ -416,6 +471,9 @@ func s3V2Signature(r *http.Request, rc *reqCtx, date, secret string) string {
 	res := path
 	if rc.vhost {
 		res = "/" + rc.bucket + path
+	}
+	if bucketSlash && !strings.HasSuffix(res, "/") {
+		res += "/"
 	}
 	q := r.URL.Query()
 	var keys []string
@@ -528,9 +586,5 @@ func s3V4Signature(r *http.Request, fields map[string]string, presigned bool, se
 	sum := sha256.Sum256([]byte(creq))
 	scope := strings.Join(cred[1:], "/")
 	sts := "AWS4-HMAC-SHA256\n" + date + "\n" + scope + "\n" + hex.EncodeToString(sum[:])
-	k := hmacSum(sha256.New, []byte("AWS4"+secret), cred[1])
-	k = hmacSum(sha256.New, k, cred[2])
-	k = hmacSum(sha256.New, k, cred[3])
-	k = hmacSum(sha256.New, k, "aws4_request")
-	return hex.EncodeToString(hmacSum(sha256.New, k, sts)), nil
+	return hex.EncodeToString(hmacSum(sha256.New, s3V4Key(secret, cred), sts)), nil
 }

@@ -26,6 +26,8 @@ type uploadRecord struct {
 	Key       string            `json:"key"`
 	CType     string            `json:"ctype,omitempty"`
 	User      map[string]string `json:"user,omitempty"`
+	ACL       string            `json:"acl,omitempty"`
+	Tags      []tag             `json:"tags,omitempty"`
 	Initiated time.Time         `json:"initiated"`
 }
 
@@ -64,13 +66,18 @@ func (s *Server) handleInitiate(w http.ResponseWriter, r *http.Request, rc *reqC
 		s.receiveError(w, r, rc, errBadKey)
 		return
 	}
+	acl, tags, err := objectHeaders(r, rc)
+	if err != nil {
+		s.badHeader(w, r, rc, err)
+		return
+	}
 	// The id starts with the initiation time, so ids of one key sort in
 	// the order the uploads began (as the stores list them).
 	now := time.Now()
 	var rb [8]byte
 	_, _ = rand.Read(rb[:])
 	id := fmt.Sprintf("%016X%s", uint64(now.UnixNano()), strings.ToUpper(hex.EncodeToString(rb[:])))
-	rec := uploadRecord{Bucket: rc.bucket, Key: rc.key, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), Initiated: now}
+	rec := uploadRecord{Bucket: rc.bucket, Key: rc.key, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), ACL: acl, Tags: tags, Initiated: now}
 	b, _ := json.Marshal(rec)
 	dir := s.uploadDir(id)
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -269,7 +276,7 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 		etags.Write(b)
 	}
 	etag := fmt.Sprintf("%X-%d", etags.Sum(nil), len(req.Parts))
-	m := meta{ETag: etag, CRC64: crc.Sum64(), HasCRC: true, Multipart: true, CType: rec.CType, User: rec.User}
+	m := meta{ETag: etag, CRC64: crc.Sum64(), HasCRC: true, Multipart: true, CType: rec.CType, User: rec.User, ACL: rec.ACL, Tags: rec.Tags}
 	oi, err := s.publish(f, rc.bucket, rc.key, m)
 	if err != nil {
 		s.receiveError(w, r, rc, err)

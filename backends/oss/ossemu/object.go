@@ -69,9 +69,12 @@ func (s *Server) setObjectHeaders(w http.ResponseWriter, rc *reqCtx, oi objInfo)
 	if oi.HasCRC {
 		h.Set("x-oss-hash-crc64ecma", strconv.FormatUint(oi.CRC64, 10))
 	}
+	// Sent lower-case, as the stores do (h.Set would send "X-Amz-Meta-Who"):
+	// boto3 keeps the case of what follows the prefix.
 	for k, v := range oi.User {
-		h.Set(rc.metaPrefix()+k, v)
+		h[rc.metaPrefix()+k] = []string{v}
 	}
+	taggingCountHeader(h, rc, oi.Tags)
 }
 
 // parseRange parses a single "bytes=" range against size. ok is false for
@@ -213,7 +216,7 @@ func etagMatch(header, etag string) bool {
 
 // bodyReader returns the request's payload, decoding aws-chunked uploads,
 // and its declared length (-1 when unknown).
-func bodyReader(r *http.Request) (io.Reader, int64) {
+func bodyReader(r *http.Request, rc *reqCtx) (io.Reader, int64) {
 	body := requestBody(r)
 	sha := r.Header.Get("X-Amz-Content-Sha256")
 	if strings.HasPrefix(sha, "STREAMING-") || strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") {
@@ -221,7 +224,15 @@ func bodyReader(r *http.Request) (io.Reader, int64) {
 		if err != nil {
 			n = -1
 		}
-		return &awsChunkedReader{r: bufio.NewReader(body)}, n
+		c := &awsChunkedReader{r: bufio.NewReader(body), sig: rc.chunks, h: sha256.New()}
+		// A checksum sent as a trailer (X-Amz-Trailer: x-amz-checksum-crc32,
+		// ...) is checked against the decoded data at the end.
+		if t := strings.ToLower(strings.TrimSpace(r.Header.Get("X-Amz-Trailer"))); strings.HasPrefix(t, "x-amz-checksum-") {
+			if nh := checksumAlgs[strings.TrimPrefix(t, "x-amz-checksum-")]; nh != nil {
+				c.trailer, c.sum = t, nh()
+			}
+		}
+		return c, n
 	}
 	return body, r.ContentLength
 }
@@ -234,7 +245,7 @@ func (s *Server) receive(r *http.Request, rc *reqCtx) (*os.File, *hashWriter, er
 		drainBody(r)
 		return nil, nil, err
 	}
-	body, n := bodyReader(r)
+	body, n := bodyReader(r, rc)
 	f, err := s.tempFile()
 	if err != nil {
 		return nil, nil, err
@@ -352,6 +363,8 @@ func digestChecks(r *http.Request, rc *reqCtx) ([]digestCheck, error) {
 func (s *Server) receiveError(w http.ResponseWriter, r *http.Request, rc *reqCtx, err error) {
 	var de *digestError
 	switch {
+	case errors.As(err, &de) && de.code == "SignatureDoesNotMatch":
+		s.writeError(w, r, rc, http.StatusForbidden, de.code, de.msg)
 	case errors.As(err, &de):
 		s.writeError(w, r, rc, http.StatusBadRequest, de.code, de.msg)
 	case errors.Is(err, errBadKey):
@@ -370,6 +383,11 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		s.receiveError(w, r, rc, err)
 		return
 	}
+	acl, tags, err := objectHeaders(r, rc)
+	if err != nil {
+		s.badHeader(w, r, rc, err)
+		return
+	}
 	f, hw, err := s.receive(r, rc)
 	if err != nil {
 		s.receiveError(w, r, rc, err)
@@ -386,12 +404,18 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 			s.receiveError(w, r, rc, err)
 			return
 		}
+		if acl != "" || tags != nil {
+			if err := s.updateObjectMeta(rc.bucket, rc.key, func(m *meta) { m.ACL, m.Tags = acl, tags }); err != nil {
+				s.receiveError(w, r, rc, err)
+				return
+			}
+		}
 		w.Header().Set("ETag", `"`+emptyMD5+`"`)
 		w.Header().Set("x-oss-hash-crc64ecma", "0")
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	m := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header)}
+	m := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), ACL: acl, Tags: tags}
 	oi, err := s.publish(f, rc.bucket, rc.key, m)
 	if err != nil {
 		s.receiveError(w, r, rc, err)
@@ -441,6 +465,11 @@ func (s *Server) handleCopy(w http.ResponseWriter, r *http.Request, rc *reqCtx) 
 		s.receiveError(w, r, rc, errBadKey)
 		return
 	}
+	acl, tags, err := objectHeaders(r, rc)
+	if err != nil {
+		s.badHeader(w, r, rc, err)
+		return
+	}
 	src, err := s.lookup(srcBucket, srcKey)
 	if err != nil || src.isDir {
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified source key does not exist.")
@@ -480,6 +509,13 @@ func (s *Server) handleCopy(w http.ResponseWriter, r *http.Request, rc *reqCtx) 
 	directive := r.Header.Get("x-oss-metadata-directive") + r.Header.Get("x-amz-metadata-directive")
 	if strings.EqualFold(directive, "REPLACE") {
 		m.CType, m.User = r.Header.Get("Content-Type"), userMeta(r.Header)
+	}
+	// As in the stores: the copy gets the ACL the request sets (none: the
+	// default), and the source's tags unless the tagging directive is
+	// REPLACE.
+	m.ACL = acl
+	if d := r.Header.Get("x-oss-tagging-directive") + r.Header.Get("x-amz-tagging-directive"); strings.EqualFold(d, "REPLACE") {
+		m.Tags = tags
 	}
 	oi, err := s.publish(f, rc.bucket, rc.key, m)
 	if err != nil {
@@ -541,12 +577,31 @@ func (s *Server) handleDeleteMulti(w http.ResponseWriter, r *http.Request, rc *r
 
 // awsChunkedReader decodes the aws-chunked content encoding (SigV4
 // streaming uploads): "<hex-size>[;chunk-signature=...]\r\n<data>\r\n",
-// ending with a zero-size chunk and optional trailers.
+// ending with a zero-size chunk and optional trailers. With sig set, each
+// chunk's signature (the zero-size one included) is checked once its data
+// is in: a bad one fails the read before EOF, so nothing is stored.
 type awsChunkedReader struct {
 	r    *bufio.Reader
 	left int64
 	done bool
+	sig  *chunkSigning // nil: signatures not checked (unsigned or anonymous)
+	h    hash.Hash     // SHA-256 of the current chunk's data
+	cur  string        // the current chunk's signature
+
+	trailer string    // the checksum trailer announced ("" when none)
+	sum     hash.Hash // the trailer's checksum of all the data
 }
+
+// checksumAlgs are S3's additional checksums, by header suffix.
+var checksumAlgs = map[string]func() hash.Hash{
+	"crc32":  func() hash.Hash { return crc32.NewIEEE() },
+	"crc32c": func() hash.Hash { return crc32.New(crc32.MakeTable(crc32.Castagnoli)) },
+	"sha1":   sha1.New,
+	"sha256": sha256.New,
+}
+
+var errChunkSignature = &digestError{code: "SignatureDoesNotMatch",
+	msg: "The request signature we calculated does not match the signature you provided. Check your key and signing method."}
 
 func (c *awsChunkedReader) Read(p []byte) (int, error) {
 	for c.left == 0 {
@@ -561,19 +616,40 @@ func (c *awsChunkedReader) Read(p []byte) (int, error) {
 		if line == "" {
 			continue // the CRLF after a chunk's data
 		}
-		sz, _, _ := strings.Cut(line, ";")
+		sz, ext, _ := strings.Cut(line, ";")
 		n, err := strconv.ParseInt(strings.TrimSpace(sz), 16, 64)
 		if err != nil || n < 0 {
 			return 0, fmt.Errorf("aws-chunked: bad chunk header %q", line)
 		}
+		c.cur = strings.TrimPrefix(ext, "chunk-signature=")
+		c.h.Reset()
 		if n == 0 {
 			c.done = true
+			if c.sig != nil && !c.sig.next(c.cur, c.h.Sum(nil)) {
+				return 0, errChunkSignature
+			}
 			// Trailers (if any) up to an empty line or EOF.
+			seen := false
 			for {
 				l, err := c.r.ReadString('\n')
-				if err != nil || strings.TrimRight(l, "\r\n") == "" {
+				l = strings.TrimRight(l, "\r\n")
+				if l == "" {
 					break
 				}
+				k, v, _ := strings.Cut(l, ":")
+				if c.sum != nil && strings.EqualFold(strings.TrimSpace(k), c.trailer) {
+					seen = true
+					if strings.TrimSpace(v) != base64.StdEncoding.EncodeToString(c.sum.Sum(nil)) {
+						alg := strings.ToUpper(strings.TrimPrefix(c.trailer, "x-amz-checksum-"))
+						return 0, &digestError{code: "BadDigest", msg: "The " + alg + " you specified did not match the calculated checksum."}
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+			if c.sum != nil && !seen {
+				return 0, &digestError{code: "MalformedTrailerError", msg: "The request contained trailing data that was not well-formed or did not conform to our published schema."}
 			}
 			return 0, io.EOF
 		}
@@ -584,8 +660,15 @@ func (c *awsChunkedReader) Read(p []byte) (int, error) {
 	}
 	n, err := c.r.Read(p)
 	c.left -= int64(n)
+	c.h.Write(p[:n])
+	if c.sum != nil {
+		c.sum.Write(p[:n])
+	}
 	if err == io.EOF && c.left > 0 {
 		err = io.ErrUnexpectedEOF
+	}
+	if c.left == 0 && c.sig != nil && !c.sig.next(c.cur, c.h.Sum(nil)) {
+		return n, errChunkSignature
 	}
 	return n, err
 }

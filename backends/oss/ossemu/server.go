@@ -89,6 +89,8 @@ type Server struct {
 	// appendMu serializes appends, and orders them with the recording of
 	// a seeded file's hash (see statMeta). Lock order: appendMu, then mu.
 	appendMu sync.Mutex
+	// bucketMu serializes updates of bucket records (acl.go).
+	bucketMu sync.Mutex
 	reqSeq   atomic.Uint64
 
 	mu      sync.Mutex // guards the fields below
@@ -249,6 +251,9 @@ type reqCtx struct {
 	vhost  bool   // the bucket came from the Host header (virtual-hosted style)
 	id     string // request id
 	fault  FaultKind
+	// chunks verifies a streaming SigV4 body's chunk signatures; nil
+	// unless the request is one (set by authenticate).
+	chunks *chunkSigning
 }
 
 func (s *Server) newRequestID() string {
@@ -295,6 +300,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(s.Stats())
 		return
+	}
+	if r.ContentLength == 0 && strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+		// net/http sends "100 Continue" only once a handler reads a
+		// non-empty body; S3 sends it for an empty one too, and botocore
+		// (which waits for it) otherwise mis-reads the final response and
+		// its next request on the connection hangs for its read timeout.
+		w.WriteHeader(http.StatusContinue)
 	}
 	rc := &reqCtx{id: s.newRequestID()}
 	h := w.Header()
@@ -369,8 +381,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 				s.handleListUploads(w, r, rc)
 			case q.Has("acl"), q.Has("versioning"), q.Has("tagging"), q.Has("policy"), q.Has("lifecycle"), q.Has("cors"):
 				s.handleBucketConfig(w, r, rc, q)
-			case q.Has("bucketInfo"):
-				s.notImplemented(w, r, rc)
+			case q.Has("bucketInfo") && !rc.s3:
+				s.handleBucketInfo(w, r, rc)
+			case q.Has("stat") && !rc.s3:
+				s.handleBucketStat(w, r, rc)
 			default:
 				s.handleList(w, r, rc)
 			}
@@ -383,14 +397,33 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 			}
 			w.WriteHeader(http.StatusOK)
 		case http.MethodPut:
+			if q.Has("acl") || q.Has("tagging") {
+				s.handlePutBucketConfig(w, r, rc, q)
+				return
+			}
 			rc.op = "PutBucket"
 			s.count(rc.op)
+			acl, err := requestACL(r, rc, true)
+			if err != nil {
+				s.badHeader(w, r, rc, err)
+				return
+			}
 			if err := os.Mkdir(s.bucketPath(rc.bucket), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 				s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
 				return
 			}
+			if acl != "" {
+				if err := s.updateBucketMeta(rc.bucket, func(bm *bucketMeta) { bm.ACL = acl }); err != nil {
+					s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
+					return
+				}
+			}
 			w.WriteHeader(http.StatusOK)
 		case http.MethodDelete:
+			if q.Has("tagging") {
+				s.handleDeleteBucketTagging(w, r, rc)
+				return
+			}
 			rc.op = "DeleteBucket"
 			s.count(rc.op)
 			if !s.bucketExists(rc.bucket) {
@@ -407,7 +440,11 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 				s.handleDeleteMulti(w, r, rc)
 				return
 			}
-			s.notImplemented(w, r, rc)
+			if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/form-data") {
+				s.notImplemented(w, r, rc) // PostObject (browser form upload)
+				return
+			}
+			s.methodNotAllowed(w, r, rc)
 		default:
 			s.methodNotAllowed(w, r, rc)
 		}
@@ -431,8 +468,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 			s.handleObjectConfig(w, r, rc, q)
 			return
 		}
-		if q.Has("uploadId") || q.Has("acl") || q.Has("tagging") || q.Has("symlink") {
-			s.notImplemented(w, r, rc)
+		if r.Method == http.MethodHead && (q.Has("acl") || q.Has("tagging") || q.Has("symlink")) {
+			s.methodNotAllowed(w, r, rc)
 			return
 		}
 		s.handleGet(w, r, rc)
@@ -442,8 +479,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 			s.handleUploadPart(w, r, rc)
 		case q.Has("symlink"):
 			s.handlePutSymlink(w, r, rc)
-		case q.Has("acl") || q.Has("tagging"):
-			s.notImplemented(w, r, rc)
+		case q.Has("acl"):
+			s.handlePutObjectACL(w, r, rc)
+		case q.Has("tagging"):
+			s.handlePutObjectTagging(w, r, rc)
 		case s.copySource(r, rc) != "":
 			s.handleCopy(w, r, rc)
 		default:
@@ -463,6 +502,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	case http.MethodDelete:
 		if q.Has("uploadId") {
 			s.handleAbort(w, r, rc)
+			return
+		}
+		if q.Has("tagging") {
+			s.handleDeleteObjectTagging(w, r, rc)
 			return
 		}
 		rc.op = "DeleteObject"
@@ -523,17 +566,13 @@ type xmlACL struct {
 	Grant   string   `xml:"AccessControlList>Grant"`
 }
 
-type xmlTagging struct {
-	XMLName xml.Name `xml:"Tagging"`
-	TagSet  struct{} `xml:"TagSet"`
-}
-
 type xmlVersioning struct {
 	XMLName xml.Name `xml:"VersioningConfiguration"`
 }
 
-// handleBucketConfig answers reads of bucket settings with what a new
-// private bucket has: ACL private, no tags, versioning never enabled, and
+// handleBucketConfig answers reads of bucket settings: the ACL and tags
+// set (acl.go; a new bucket's are private and none), versioning never
+// enabled, and
 // no lifecycle, CORS or policy (404 with the store's code).
 func (s *Server) handleBucketConfig(w http.ResponseWriter, r *http.Request, rc *reqCtx, q url.Values) {
 	rc.op = "GetBucketConfig"
@@ -543,10 +582,12 @@ func (s *Server) handleBucketConfig(w http.ResponseWriter, r *http.Request, rc *
 		return
 	}
 	switch {
+	case q.Has("acl") && rc.s3:
+		s.writeXML(w, r, rc, http.StatusOK, s3ACL(s.bucketACL(rc.bucket)))
 	case q.Has("acl"):
-		s.writeXML(w, r, rc, http.StatusOK, xmlACL{Owner: owner{ID: "ossemu", DisplayName: "ossemu"}, Grant: "private"})
+		s.writeXML(w, r, rc, http.StatusOK, xmlACL{Owner: owner{ID: "ossemu", DisplayName: "ossemu"}, Grant: s.bucketACL(rc.bucket)})
 	case q.Has("tagging"):
-		s.writeXML(w, r, rc, http.StatusOK, xmlTagging{})
+		s.writeXML(w, r, rc, http.StatusOK, xmlTagSet{Tags: s.readBucketMeta(rc.bucket).Tags})
 	case q.Has("versioning"):
 		s.writeXML(w, r, rc, http.StatusOK, xmlVersioning{})
 	case q.Has("lifecycle"):
@@ -558,28 +599,33 @@ func (s *Server) handleBucketConfig(w http.ResponseWriter, r *http.Request, rc *
 	}
 }
 
-// handleObjectConfig answers reads of an object's ACL (OSS: "default",
-// inherited from the bucket) and tags (none).
+// handleObjectConfig answers reads of an object's ACL (unless set, OSS:
+// "default", inherited from the bucket) and tags.
 func (s *Server) handleObjectConfig(w http.ResponseWriter, r *http.Request, rc *reqCtx, q url.Values) {
 	rc.op = "GetObjectConfig"
 	s.count(rc.op)
-	if oi, err := s.lookup(rc.bucket, rc.key); err != nil || oi.isDir != strings.HasSuffix(rc.key, "/") {
+	oi, err := s.lookupRaw(rc.bucket, rc.key)
+	if err != nil || oi.isDir != strings.HasSuffix(rc.key, "/") {
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified key does not exist.")
 		return
 	}
 	if q.Has("acl") {
-		grant := "default"
+		grant := oi.ACL
 		if rc.s3 {
-			grant = "private"
+			s.writeXML(w, r, rc, http.StatusOK, s3ACL(grant))
+			return
+		}
+		if grant == "" {
+			grant = "default"
 		}
 		s.writeXML(w, r, rc, http.StatusOK, xmlACL{Owner: owner{ID: "ossemu", DisplayName: "ossemu"}, Grant: grant})
 		return
 	}
-	s.writeXML(w, r, rc, http.StatusOK, xmlTagging{})
+	s.writeXML(w, r, rc, http.StatusOK, xmlTagSet{Tags: oi.Tags})
 }
 
 // notImplemented answers an operation the stores have but the emulator
-// does not (changing ACLs, tags and bucket settings, symlinks, ...).
+// does not: PostObject (browser form upload).
 func (s *Server) notImplemented(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	s.count("NotImplemented")
 	s.writeError(w, r, rc, http.StatusNotImplemented, "NotImplemented", fmt.Sprintf("ossemu does not implement %s %s?%s", r.Method, r.URL.Path, r.URL.RawQuery))

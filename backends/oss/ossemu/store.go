@@ -62,6 +62,11 @@ type meta struct {
 
 	// Symlink is a symlink object's target, URL-escaped (symlink.go).
 	Symlink string `json:"symlink,omitempty"`
+
+	// ACL is the canned ACL set on the object, "" when never set; Tags its
+	// tags (acl.go).
+	ACL  string `json:"acl,omitempty"`
+	Tags []tag  `json:"tags,omitempty"`
 }
 
 // objInfo is what a lookup returns.
@@ -193,7 +198,8 @@ func (s *Server) statMeta(path string, fi fs.FileInfo) meta {
 		}
 		m := meta{Size: fi.Size(), MtimeNs: mt, ETag: strings.ToUpper(hex.EncodeToString(h.Sum(nil)))}
 		if old, ok := readMeta(path); ok {
-			m.CType, m.User = old.CType, old.User // changed in place: keep what it was written with
+			// Changed in place: keep what it was written with.
+			m.CType, m.User, m.ACL, m.Tags = old.CType, old.User, old.ACL, old.Tags
 		}
 		// An append may have finished meanwhile: its record wins. The
 		// lock keeps an append from landing between this check and the
@@ -256,7 +262,11 @@ func (s *Server) lookupRaw(bucket, key string) (objInfo, error) {
 		if !fi.IsDir() || !(isMarker(p) || dirEmpty(p)) {
 			return objInfo{}, fs.ErrNotExist
 		}
-		return objInfo{meta: meta{ETag: emptyMD5, HasCRC: true}, path: p, isDir: true, mtime: fi.ModTime()}, nil
+		m := meta{ETag: emptyMD5, HasCRC: true}
+		if rec, ok := readMeta(p); ok { // ACL and tags set on the marker
+			m.ACL, m.Tags = rec.ACL, rec.Tags
+		}
+		return objInfo{meta: m, path: p, isDir: true, mtime: fi.ModTime()}, nil
 	}
 	if !fi.Mode().IsRegular() {
 		return objInfo{}, fs.ErrNotExist
