@@ -129,13 +129,15 @@ func run(c config) error {
 	if err := seed(c, emuRoot); err != nil {
 		return err
 	}
+	// Before the emulator starts: it takes its key pair from the same
+	// variables the clients (this process and the mounts) sign with.
+	os.Setenv("OSS_ACCESS_KEY_ID", "cachebench")
+	os.Setenv("OSS_ACCESS_KEY_SECRET", "cachebench")
 	emu, err := startEmulator(c, emuRoot)
 	if err != nil {
 		return err
 	}
 	defer emu.stop()
-	os.Setenv("OSS_ACCESS_KEY_ID", "cachebench")
-	os.Setenv("OSS_ACCESS_KEY_SECRET", "cachebench")
 	ctx := context.Background()
 	u, _ := backends.ParseURI("oss://bench/big/")
 	ideal, err := oss.New(ctx, u, oss.Options{Endpoint: emu.endpoint}, slog.New(slog.DiscardHandler))
