@@ -111,9 +111,9 @@ func (s *Store) put(ctx context.Context, key string, v *version, commit func() b
 		abort()
 		return backends.ObjectInfo{}, ctx.Err()
 	}
-	// From here only closing the Store cancels (quiesce waits instead):
-	// an unlink or rename must not race a publish it could not stop.
-	info, err := w.Commit(s.ctx)
+	// Not cancellable from here (quiesce waits instead): an unlink or
+	// rename must not race a publish it could not stop.
+	info, err := w.Commit(context.WithoutCancel(ctx))
 	if err != nil {
 		abort()
 		return backends.ObjectInfo{}, err
