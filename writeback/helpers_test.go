@@ -49,13 +49,6 @@ type faulty struct {
 	gateKeys    map[string]bool // GUARDED_BY(mu): keys the gate holds (nil: all)
 	startGate   chan struct{}   // GUARDED_BY(mu): if set, Write blocks until it is closed
 
-	// lateCommits: a held Commit whose client gives up (context
-	// cancelled) still lands once the gate opens, as a store finishes a
-	// request its client disconnected from. GUARDED_BY(mu)
-	lateCommits bool
-	late        sync.WaitGroup // such commits still to land
-	inCommit    chan string    // receives the key of each Commit begun (if room)
-
 	started chan string // receives the key of each Write begun (if room)
 	writes  atomic.Int32
 	reads   atomic.Int32
@@ -63,7 +56,7 @@ type faulty struct {
 }
 
 func newFaulty(b backends.Backend) *faulty {
-	return &faulty{Backend: b, started: make(chan string, 1000), inCommit: make(chan string, 1000)}
+	return &faulty{Backend: b, started: make(chan string, 1000)}
 }
 
 // hold makes every Commit (of keys, if given) block until release.
@@ -150,25 +143,11 @@ func (w *faultyWriter) Commit(ctx context.Context) (backends.ObjectInfo, error) 
 	if fail {
 		w.f.failCommits--
 	}
-	late := w.f.lateCommits
 	w.f.mu.Unlock()
-	select {
-	case w.f.inCommit <- w.key:
-	default:
-	}
 	if gate != nil {
 		select {
 		case <-gate:
 		case <-ctx.Done():
-			if late {
-				w.f.late.Add(1)
-				go func() {
-					defer w.f.late.Done()
-					<-gate
-					w.Writer.Commit(context.Background())
-				}()
-				return backends.ObjectInfo{}, ctx.Err()
-			}
 			w.Writer.Abort(context.Background())
 			return backends.ObjectInfo{}, ctx.Err()
 		}

@@ -28,12 +28,9 @@ func (s *Store) quiesce(e *entry) {
 	if st != nil {
 		st.invalidateLocked()
 	}
-	if up != nil && !up.committing {
-		// Under s.mu: the upload checks for this before it commits.
-		up.cancel()
-	}
 	s.mu.Unlock()
 	if up != nil {
+		up.cancel()
 		<-up.done
 	}
 	if st != nil {

@@ -54,12 +54,7 @@ func (s *Store) worker() {
 		e.up = up
 		s.mu.Unlock()
 
-		info, err := s.put(ctx, key, v, func() bool {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			up.committing = ctx.Err() == nil
-			return up.committing
-		})
+		info, err := s.put(ctx, key, v)
 		canceled := ctx.Err() != nil
 		cancel()
 		s.complete(e, v, key, info, err, canceled, func() { e.up = nil })
@@ -67,10 +62,8 @@ func (s *Store) worker() {
 	}
 }
 
-// put uploads version v under key and publishes it with Commit, once
-// commit (called just before) agrees: it reports false when the upload was
-// cancelled meanwhile.
-func (s *Store) put(ctx context.Context, key string, v *version, commit func() bool) (backends.ObjectInfo, error) {
+// put uploads version v under key and publishes it with Commit.
+func (s *Store) put(ctx context.Context, key string, v *version) (backends.ObjectInfo, error) {
 	onUpload, forget := s.trackUploads(key)
 	w, err := s.b.Write(ctx, key, backends.WriteOptions{SizeHint: v.size, OnUpload: onUpload})
 	if err != nil {
@@ -107,13 +100,7 @@ func (s *Store) put(ctx context.Context, key string, v *version, commit func() b
 		abort()
 		return backends.ObjectInfo{}, err
 	}
-	if !commit() {
-		abort()
-		return backends.ObjectInfo{}, ctx.Err()
-	}
-	// Not cancellable from here (quiesce waits instead): an unlink or
-	// rename must not race a publish it could not stop.
-	info, err := w.Commit(context.WithoutCancel(ctx))
+	info, err := w.Commit(ctx)
 	if err != nil {
 		abort()
 		return backends.ObjectInfo{}, err
