@@ -181,14 +181,7 @@ func (s *Server) updateObjectMeta(bucket, key string, change func(*meta)) error 
 func (s *Server) handlePutObjectACL(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	rc.op = "PutObjectACL"
 	s.count(rc.op)
-	acl, err := requestACL(r, rc, false)
-	if err == nil && acl == "" && rc.s3 {
-		acl, err = s3ACLBody(r)
-	}
-	if err == nil && acl == "" {
-		err = errInvalidACL
-	}
-	drainBody(r)
+	acl, err := putACL(r, rc, false)
 	if err != nil {
 		s.aclError(w, r, rc, err)
 		return
@@ -311,14 +304,7 @@ func (s *Server) handlePutBucketConfig(w http.ResponseWriter, r *http.Request, r
 	if q.Has("acl") {
 		rc.op = "PutBucketACL"
 		s.count(rc.op)
-		acl, err := requestACL(r, rc, true)
-		if err == nil && acl == "" && rc.s3 {
-			acl, err = s3ACLBody(r)
-		}
-		if err == nil && acl == "" {
-			err = errInvalidACL
-		}
-		drainBody(r)
+		acl, err := putACL(r, rc, true)
 		if err != nil {
 			s.aclError(w, r, rc, err)
 			return
@@ -535,4 +521,19 @@ func s3ACL(canned string) s3ACLResult {
 		out.Grants = append(out.Grants, group("AuthenticatedUsers", "READ"))
 	}
 	return out
+}
+
+// putACL reads the ACL a PUT ?acl sets: the canned-ACL header, else (S3) an
+// AccessControlPolicy body; neither is InvalidArgument. The body is drained
+// either way.
+func putACL(r *http.Request, rc *reqCtx, bucket bool) (string, error) {
+	acl, err := requestACL(r, rc, bucket)
+	if err == nil && acl == "" && rc.s3 {
+		acl, err = s3ACLBody(r)
+	}
+	if err == nil && acl == "" {
+		err = errInvalidACL
+	}
+	drainBody(r)
+	return acl, err
 }
