@@ -125,6 +125,37 @@ func (s *Server) blockTarget(id uint64, forWrite bool) (ref blockRef, hp string,
 	return *r, hp, nil
 }
 
+// openBlock opens the block a read or a checksum request names, after the
+// injected time to first byte and faults. When it cannot (ok false) it has
+// answered the request with the error itself, and err is that answer's.
+// blockLen is the length the client knows the block by (its length at
+// lookup, else the stored length); negative when the file ends before the
+// block starts.
+func (s *Server) openBlock(w *throttledConn, b *pb.ExtendedBlockProto) (ref blockRef, f *os.File, blockLen int64, ok bool, err error) {
+	ref, hp, err := s.blockTarget(b.GetBlockId(), false)
+	s.sleep(s.opt.Faults.TTFB)
+	if err != nil {
+		return ref, nil, 0, false, opError(w, pb.Status_ERROR, err.Error())
+	}
+	if s.chance(s.opt.Faults.ErrorRate) {
+		return ref, nil, 0, false, opError(w, pb.Status_ERROR, "injected fault: datanode error")
+	}
+	f, err = os.Open(hp)
+	if err != nil {
+		return ref, nil, 0, false, opError(w, pb.Status_ERROR, err.Error())
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return ref, nil, 0, false, opError(w, pb.Status_ERROR, err.Error())
+	}
+	blockLen = min(ref.size, fi.Size()-ref.start)
+	if n := int64(b.GetNumBytes()); n > 0 && n < blockLen {
+		blockLen = n
+	}
+	return ref, f, blockLen, true, nil
+}
+
 func opError(w io.Writer, status pb.Status, msg string) error {
 	return writeDelimited(w, &pb.BlockOpResponseProto{Status: status.Enum(), Message: proto.String(msg)})
 }
@@ -134,27 +165,11 @@ func opError(w io.Writer, status pb.Status, msg string) error {
 // offset, and ends with an empty last packet.
 func (s *Server) readBlock(w *throttledConn, r *bufio.Reader, req *pb.OpReadBlockProto) error {
 	b := req.GetHeader().GetBaseHeader().GetBlock()
-	ref, hp, err := s.blockTarget(b.GetBlockId(), false)
-	s.sleep(s.opt.Faults.TTFB)
-	if err != nil {
-		return opError(w, pb.Status_ERROR, err.Error())
-	}
-	if s.chance(s.opt.Faults.ErrorRate) {
-		return opError(w, pb.Status_ERROR, "injected fault: datanode error")
-	}
-	f, err := os.Open(hp)
-	if err != nil {
-		return opError(w, pb.Status_ERROR, err.Error())
+	ref, f, blockLen, ok, err := s.openBlock(w, b)
+	if !ok {
+		return err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return opError(w, pb.Status_ERROR, err.Error())
-	}
-	blockLen := min(ref.size, fi.Size()-ref.start)
-	if n := int64(b.GetNumBytes()); n > 0 && n < blockLen {
-		blockLen = n // the client knows the block by its length at lookup
-	}
 	off := int64(req.GetOffset())
 	if blockLen < 0 || off > blockLen {
 		return opError(w, pb.Status_ERROR_INVALID, fmt.Sprintf("offset %d beyond block length %d", off, blockLen))
@@ -232,27 +247,12 @@ func (s *Server) readBlock(w *throttledConn, r *bufio.Reader, req *pb.OpReadBloc
 // length when the client looked it up), or the whole block.
 func (s *Server) blockChecksum(w *throttledConn, req *pb.OpBlockChecksumProto) error {
 	b := req.GetHeader().GetBlock()
-	ref, hp, err := s.blockTarget(b.GetBlockId(), false)
-	s.sleep(s.opt.Faults.TTFB)
-	if err != nil {
-		return opError(w, pb.Status_ERROR, err.Error())
-	}
-	if s.chance(s.opt.Faults.ErrorRate) {
-		return opError(w, pb.Status_ERROR, "injected fault: datanode error")
-	}
-	f, err := os.Open(hp)
-	if err != nil {
-		return opError(w, pb.Status_ERROR, err.Error())
+	ref, f, blockLen, ok, err := s.openBlock(w, b)
+	if !ok {
+		return err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return opError(w, pb.Status_ERROR, err.Error())
-	}
-	blockLen := max(min(ref.size, fi.Size()-ref.start), 0)
-	if n := int64(b.GetNumBytes()); n > 0 && n < blockLen {
-		blockLen = n
-	}
+	blockLen = max(blockLen, 0)
 	opts := req.GetBlockChecksumOptions()
 	var sum []byte
 	switch opts.GetBlockChecksumType() {
