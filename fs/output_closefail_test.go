@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mlfsd/mlfsd/writeback"
 )
@@ -65,12 +66,20 @@ func TestOutputCloseFailedOnFullStaging(t *testing.T) {
 				want = int64(written)
 			}
 			t.Logf("%s: %d bytes written, close: %v", failed, written, closeErr)
-			st, err := os.Stat(filepath.Join(m.mnt, failed))
-			if err != nil {
-				t.Fatal(err)
+			// The unclosed bytes are dropped at the file's last release,
+			// which the kernel sends after close(2) returns: poll for it.
+			var size int64
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+				st, err := os.Stat(filepath.Join(m.mnt, failed))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if size = st.Size(); size == want || time.Now().After(deadline) {
+					break
+				}
 			}
-			if st.Size() != want {
-				t.Errorf("%s reads %d bytes on the mount, want %d", failed, st.Size(), want)
+			if size != want {
+				t.Errorf("%s reads %d bytes on the mount, want %d", failed, size, want)
 			}
 			m.close(t) // drains, unmounts, closes the Store
 			got, err := os.ReadFile(filepath.Join(back, failed))
