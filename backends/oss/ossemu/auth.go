@@ -66,6 +66,8 @@ func (s *Server) authenticate(r *http.Request, rc *reqCtx) *authError {
 		scheme, rc.s3 = "s3v4-query", true
 	case q.Has("AWSAccessKeyId"):
 		scheme, rc.s3 = "s3v2-query", true
+	case isPostObject(r, rc):
+		return nil // signed in the form: handlePostObject checks it
 	default:
 		rc.s3 = r.Header.Get("X-Amz-Date") != "" || r.Header.Get("X-Amz-Content-Sha256") != ""
 		if s.opt.Anonymous {
@@ -418,11 +420,16 @@ func ossV4Signature(r *http.Request, rc *reqCtx, fields map[string]string, presi
 	ch2 := sha256.Sum256([]byte(creq))
 	scope := day + "/" + region + "/" + product + "/aliyun_v4_request"
 	sts := "OSS4-HMAC-SHA256\n" + signDate + "\n" + scope + "\n" + hex.EncodeToString(ch2[:])
-	k := hmacSum(sha256.New, []byte("aliyun_v4"+secret), day)
-	k = hmacSum(sha256.New, k, region)
-	k = hmacSum(sha256.New, k, product)
-	k = hmacSum(sha256.New, k, "aliyun_v4_request")
-	return hex.EncodeToString(hmacSum(sha256.New, k, sts)), nil
+	return hex.EncodeToString(hmacSum(sha256.New, ossV4Key(secret, cred), sts)), nil
+}
+
+// ossV4Key derives OSS V4's signing key from a credential's fields
+// (AK/DATE/REGION/PRODUCT/aliyun_v4_request).
+func ossV4Key(secret string, cred []string) []byte {
+	k := hmacSum(sha256.New, []byte("aliyun_v4"+secret), cred[1])
+	k = hmacSum(sha256.New, k, cred[2])
+	k = hmacSum(sha256.New, k, cred[3])
+	return hmacSum(sha256.New, k, "aliyun_v4_request")
 }
 
 func contains(list []string, s string) bool {

@@ -440,8 +440,8 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 				s.handleDeleteMulti(w, r, rc)
 				return
 			}
-			if strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/form-data") {
-				s.notImplemented(w, r, rc) // PostObject (browser form upload)
+			if isFormData(r) {
+				s.handlePostObject(w, r, rc) // PostObject (browser form upload)
 				return
 			}
 			s.methodNotAllowed(w, r, rc)
@@ -622,13 +622,6 @@ func (s *Server) handleObjectConfig(w http.ResponseWriter, r *http.Request, rc *
 		return
 	}
 	s.writeXML(w, r, rc, http.StatusOK, xmlTagSet{Tags: oi.Tags})
-}
-
-// notImplemented answers an operation the stores have but the emulator
-// does not: PostObject (browser form upload).
-func (s *Server) notImplemented(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	s.count("NotImplemented")
-	s.writeError(w, r, rc, http.StatusNotImplemented, "NotImplemented", fmt.Sprintf("ossemu does not implement %s %s?%s", r.Method, r.URL.Path, r.URL.RawQuery))
 }
 
 // writeXML sends v as an XML document; an injected mid-body fault cuts it.
