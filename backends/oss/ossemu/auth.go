@@ -217,6 +217,15 @@ func (c *chunkSigning) next(sig string, dataSum []byte) bool {
 	return true
 }
 
+// trailer checks the signature of a signed upload's trailers (canon:
+// their "name:value\n" lines), which ends the chain.
+func (c *chunkSigning) trailer(sig, canon string) bool {
+	sum := sha256.Sum256([]byte(canon))
+	sts := "AWS4-HMAC-SHA256-TRAILER\n" + c.date + "\n" + c.scope + "\n" + c.prev + "\n" + hex.EncodeToString(sum[:])
+	want := hex.EncodeToString(hmacSum(sha256.New, c.key, sts))
+	return sig != "" && hmac.Equal([]byte(want), []byte(sig))
+}
+
 // s3V4Key derives SigV4's signing key from a Credential's fields
 // (AK/DATE/REGION/SERVICE/aws4_request).
 func s3V4Key(secret string, cred []string) []byte {

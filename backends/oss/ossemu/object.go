@@ -225,6 +225,9 @@ func bodyReader(r *http.Request, rc *reqCtx) (io.Reader, int64) {
 			n = -1
 		}
 		c := &awsChunkedReader{r: bufio.NewReader(body), sig: rc.chunks, h: sha256.New()}
+		// Signed chunks with trailers: the trailers are signed too, last
+		// in the chain (x-amz-trailer-signature).
+		c.signedTrailer = rc.chunks != nil && sha == "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
 		// A checksum sent as a trailer (X-Amz-Trailer: x-amz-checksum-crc32,
 		// ...) is checked against the decoded data at the end.
 		if t := strings.ToLower(strings.TrimSpace(r.Header.Get("X-Amz-Trailer"))); strings.HasPrefix(t, "x-amz-checksum-") {
@@ -590,6 +593,56 @@ type awsChunkedReader struct {
 
 	trailer string    // the checksum trailer announced ("" when none)
 	sum     hash.Hash // the trailer's checksum of all the data
+	// signedTrailer: the trailers must carry x-amz-trailer-signature,
+	// checked with sig (STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER).
+	signedTrailer bool
+}
+
+var errMalformedTrailer = &digestError{code: "MalformedTrailerError", msg: "The request contained trailing data that was not well-formed or did not conform to our published schema."}
+
+// readTrailers reads the trailers after the last chunk, up to an empty
+// line or EOF, checks the announced checksum and, for signed trailers,
+// x-amz-trailer-signature: HMAC of "AWS4-HMAC-SHA256-TRAILER", the date,
+// the scope, the final chunk's signature and the SHA-256 of the other
+// trailers as "name:value\n" lines, in the order sent. It returns io.EOF
+// when all is well.
+func (c *awsChunkedReader) readTrailers() error {
+	seen := false
+	var canon strings.Builder
+	var trailerSig string
+	for {
+		l, err := c.r.ReadString('\n')
+		l = strings.TrimRight(l, "\r\n")
+		if l == "" {
+			break
+		}
+		k, v, _ := strings.Cut(l, ":")
+		k, v = strings.ToLower(strings.TrimSpace(k)), strings.TrimSpace(v)
+		if k == "x-amz-trailer-signature" {
+			trailerSig = v
+		} else {
+			canon.WriteString(k + ":" + v + "\n")
+		}
+		if c.sum != nil && k == c.trailer {
+			seen = true
+			if v != base64.StdEncoding.EncodeToString(c.sum.Sum(nil)) {
+				alg := strings.ToUpper(strings.TrimPrefix(c.trailer, "x-amz-checksum-"))
+				return &digestError{code: "BadDigest", msg: "The " + alg + " you specified did not match the calculated checksum."}
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if c.sum != nil && !seen {
+		return errMalformedTrailer
+	}
+	// Signed trailers: a missing signature is no better than a wrong one
+	// (S3 refuses both).
+	if c.signedTrailer && !c.sig.trailer(trailerSig, canon.String()) {
+		return errChunkSignature
+	}
+	return io.EOF
 }
 
 // checksumAlgs are S3's additional checksums, by header suffix.
@@ -628,30 +681,7 @@ func (c *awsChunkedReader) Read(p []byte) (int, error) {
 			if c.sig != nil && !c.sig.next(c.cur, c.h.Sum(nil)) {
 				return 0, errChunkSignature
 			}
-			// Trailers (if any) up to an empty line or EOF.
-			seen := false
-			for {
-				l, err := c.r.ReadString('\n')
-				l = strings.TrimRight(l, "\r\n")
-				if l == "" {
-					break
-				}
-				k, v, _ := strings.Cut(l, ":")
-				if c.sum != nil && strings.EqualFold(strings.TrimSpace(k), c.trailer) {
-					seen = true
-					if strings.TrimSpace(v) != base64.StdEncoding.EncodeToString(c.sum.Sum(nil)) {
-						alg := strings.ToUpper(strings.TrimPrefix(c.trailer, "x-amz-checksum-"))
-						return 0, &digestError{code: "BadDigest", msg: "The " + alg + " you specified did not match the calculated checksum."}
-					}
-				}
-				if err != nil {
-					break
-				}
-			}
-			if c.sum != nil && !seen {
-				return 0, &digestError{code: "MalformedTrailerError", msg: "The request contained trailing data that was not well-formed or did not conform to our published schema."}
-			}
-			return 0, io.EOF
+			return 0, c.readTrailers()
 		}
 		c.left = n
 	}

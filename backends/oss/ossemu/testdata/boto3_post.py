@@ -1,5 +1,6 @@
-"""Browser form uploads (PostObject) with boto3's generate_presigned_post
-and the requests library, as a web application hands them to a browser
+"""Browser form uploads (PostObject) with boto3's generate_presigned_post,
+posted as multipart/form-data by urllib3 (botocore's own HTTP library, so
+present wherever boto3 is), as a web application hands them to a browser
 (run by postobject_test.go).
 
 argv: endpoint bucket signature-version. The key pair comes in EMU_AK /
@@ -11,7 +12,7 @@ import os
 import sys
 
 import boto3
-import requests
+import urllib3
 from botocore.config import Config
 
 ep, bucket, sig = sys.argv[1:4]
@@ -29,11 +30,20 @@ def check(cond, what):
         raise AssertionError(what)
 
 
+class Resp:
+    def __init__(self, r):
+        self.status_code, self.text = r.status, r.data.decode()
+
+
+http = urllib3.PoolManager(timeout=60, retries=False)
+
+
 def post(p, name, data, extra=None):
     fields = dict(p["fields"])
     fields.update(extra or {})
-    # requests sends the fields first, then the file, as browsers do.
-    return requests.post(p["url"], data=fields, files={"file": (name, data)}, timeout=60)
+    # The fields first, then the file, as browsers send them.
+    form = list(fields.items()) + [("file", (name, data))]
+    return Resp(http.request("POST", p["url"], fields=form, encode_multipart=True, redirect=False))
 
 
 s3 = client(sk)
