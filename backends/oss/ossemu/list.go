@@ -74,34 +74,24 @@ type dirent struct {
 }
 
 func (w *walker) walkDir(dir, dirKey string) error {
-	f, err := os.Open(dir)
-	if err != nil {
+	all, ok := w.s.dirs.entries(dir)
+	if !ok {
 		return nil // vanished or not a directory: nothing under it
 	}
-	des, err := f.ReadDir(-1)
-	f.Close()
-	if err != nil {
-		return nil
+	// Start at the first entry after the marker (or the directory the
+	// marker lies in) and at or after the prefix: a page costs a binary
+	// search, not a scan of the directory.
+	from := sort.Search(len(all), func(i int) bool { return dirKey+all[i].sort > w.marker })
+	if from > 0 && all[from-1].isDir && strings.HasPrefix(w.marker, dirKey+all[from-1].sort) {
+		from--
 	}
-	ents := make([]dirent, 0, len(des))
-	for _, de := range des {
-		isDir := de.IsDir()
-		if de.Type()&os.ModeSymlink != 0 {
-			fi, err := os.Stat(filepath.Join(dir, de.Name()))
-			if err != nil {
-				continue
-			}
-			isDir = fi.IsDir()
-		}
-		e := dirent{name: de.Name(), sort: de.Name(), isDir: isDir}
-		if isDir {
-			e.sort += "/"
-		}
-		ents = append(ents, e)
-	}
-	sort.Slice(ents, func(i, j int) bool { return ents[i].sort < ents[j].sort })
+	from = max(from, sort.Search(len(all), func(i int) bool { return dirKey+all[i].sort >= w.prefix }))
+	ents := all[from:]
 	for _, e := range ents {
 		k := dirKey + e.sort
+		if k > w.prefix && !strings.HasPrefix(k, w.prefix) {
+			return nil // past the prefix: so is every entry after
+		}
 		p := filepath.Join(dir, e.name)
 		if !e.isDir {
 			if k <= w.marker || !strings.HasPrefix(k, w.prefix) {

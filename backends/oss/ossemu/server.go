@@ -92,6 +92,8 @@ type Server struct {
 	// bucketMu serializes updates of bucket records (acl.go).
 	bucketMu sync.Mutex
 	reqSeq   atomic.Uint64
+	// dirs indexes wide directories for paged listings (dirindex.go).
+	dirs dirIndexes
 
 	mu      sync.Mutex // guards the fields below
 	stats   map[string]int64

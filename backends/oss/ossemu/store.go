@@ -382,6 +382,7 @@ func (s *Server) publish(f *os.File, bucket, key string, m meta) (objInfo, error
 			break
 		}
 	}
+	s.dirs.invalidate(s.bucketPath(bucket), filepath.Dir(dst))
 	if err != nil {
 		os.Remove(tmp)
 		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.EISDIR) {
@@ -395,7 +396,9 @@ func (s *Server) publish(f *os.File, bucket, key string, m meta) (objInfo, error
 // makeMarker creates the directory for a marker key ("a/b/").
 func (s *Server) makeMarker(bucket, key string) error {
 	p := s.objPath(bucket, key)
-	if err := os.MkdirAll(p, 0o755); err != nil {
+	err := os.MkdirAll(p, 0o755)
+	s.dirs.invalidate(s.bucketPath(bucket), filepath.Dir(p))
+	if err != nil {
 		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EEXIST) {
 			return errConflict
 		}
@@ -432,6 +435,7 @@ func (s *Server) deleteObject(bucket, key string) error {
 			return err
 		}
 	}
+	s.dirs.invalidate(s.bucketPath(bucket), filepath.Dir(p))
 	s.prune(bucket, filepath.Dir(p))
 	return nil
 }
@@ -444,5 +448,6 @@ func (s *Server) prune(bucket, dir string) {
 			return
 		}
 		dir = filepath.Dir(dir)
+		s.dirs.invalidate(top, dir)
 	}
 }
