@@ -43,6 +43,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/mlfsd/mlfsd/backends/dirindex"
 )
 
 // DefaultBlockSize is HDFS's default block size (dfs.blocksize).
@@ -152,7 +154,15 @@ type Server struct {
 	uc        map[string]*ucFile // files under construction, by HDFS path
 	owners    map[string]string  // owners set by setOwner or create, by HDFS path
 	names     map[uint64]string  // uid<<1 or gid<<1|1 -> name cache
+
+	// dirs indexes wide directories for paged getListing (safe for
+	// concurrent use on its own).
+	dirs *dirindex.Cache
 }
+
+// changed drops the listing indexes a namespace change at host path hp
+// makes stale: its directory's and its ancestors'.
+func (s *Server) changed(hp string) { s.dirs.Invalidate(s.root, filepath.Dir(hp)) }
 
 // New starts a NameNode and a DataNode serving opt.Root.
 func New(opt Options) (*Server, error) {
@@ -217,6 +227,7 @@ func New(opt Options) (*Server, error) {
 		nextBlock: 1 << 30, // HDFS block ids start high too; any value works
 		uc:        map[string]*ucFile{},
 		owners:    map[string]string{},
+		dirs:      dirindex.New(nil),
 		names:     map[uint64]string{},
 	}
 	s.nnLn, err = net.Listen("tcp", opt.Listen)

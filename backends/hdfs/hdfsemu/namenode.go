@@ -1,7 +1,6 @@
 package hdfsemu
 
 import (
-	"bytes"
 	"errors"
 	"io/fs"
 	"math"
@@ -118,21 +117,22 @@ func (s *Server) getListing(sess *session, r *pb.GetListingRequestProto) (proto.
 		return nil, err
 	}
 	hp, _ := s.hostPath(src)
-	ents, err := os.ReadDir(hp)
-	if err != nil {
-		return nil, rerr(exIO, "listing %s: %v", src, err)
+	// Sorted by name, HDFS's byte order; from the index of a wide
+	// directory, so a page costs a binary search and the page.
+	ents, ok := s.dirs.Entries(hp)
+	if !ok {
+		return nil, rerr(exIO, "listing %s: cannot read the directory", src)
 	}
-	// os.ReadDir sorts by name, which is HDFS's byte order too.
-	after := r.GetStartAfter()
-	i := sort.Search(len(ents), func(i int) bool { return bytes.Compare([]byte(ents[i].Name()), after) > 0 })
+	after := string(r.GetStartAfter())
+	i := sort.Search(len(ents), func(i int) bool { return ents[i].Name > after })
 	list := &pb.DirectoryListingProto{}
 	for ; i < len(ents) && len(list.PartialListing) < s.opt.ListingLimit; i++ {
-		child := path.Join(cleanPath(src), ents[i].Name())
+		child := path.Join(cleanPath(src), ents[i].Name)
 		cfi, err := s.lookup(child)
 		if err != nil || cfi == nil {
 			continue // vanished, or not a file or directory
 		}
-		list.PartialListing = append(list.PartialListing, s.statusLocked(child, cfi, ents[i].Name()))
+		list.PartialListing = append(list.PartialListing, s.statusLocked(child, cfi, ents[i].Name))
 	}
 	list.RemainingEntries = proto.Uint32(uint32(len(ents) - i))
 	return &pb.GetListingResponseProto{DirList: list}, nil
@@ -195,6 +195,7 @@ func (s *Server) parentCheckLocked(p string, createParent bool, perm fs.FileMode
 		if !createParent {
 			return rerr(exFileNotFound, "Parent directory doesn't exist: %s", parent)
 		}
+		s.changed(hp)
 		if err := os.MkdirAll(hp, perm|0o700); err != nil {
 			if errors.Is(err, syscall.ENOTDIR) {
 				return rerr(exParentNotDirectory, "Parent path is not a directory: %s", parent)
@@ -254,10 +255,12 @@ func (s *Server) create(sess *session, r *pb.CreateRequestProto) (proto.Message,
 	if fi != nil {
 		s.forgetBlocksLocked(fileID(hp, fi))
 		// HDFS deletes the old file; a new inode keeps cached block ids apart.
+		s.changed(hp)
 		if err := os.Remove(hp); err != nil {
 			return nil, rerr(exIO, "overwrite %s: %v", src, err)
 		}
 	}
+	s.changed(hp)
 	f, err := os.OpenFile(hp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm)
 	if err != nil {
 		return nil, rerr(exIO, "create %s: %v", src, err)
@@ -451,6 +454,8 @@ func (s *Server) rename2(sess *session, r *pb.Rename2RequestProto) (proto.Messag
 	}
 	shp, _ := s.hostPath(src)
 	dhp, _ := s.hostPath(dst)
+	s.changed(shp)
+	s.changed(dhp)
 	if err := os.Rename(shp, dhp); err != nil {
 		if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
 			return nil, rerr(exIO, "rename destination directory is not empty: %s", dst)
@@ -485,6 +490,7 @@ func (s *Server) delete(sess *session, r *pb.DeleteRequestProto) (proto.Message,
 		return &pb.DeleteResponseProto{Result: proto.Bool(false)}, nil
 	}
 	hp, _ := s.hostPath(src)
+	s.changed(hp)
 	if fi.IsDir() && !r.GetRecursive() {
 		if err := os.Remove(hp); err != nil {
 			if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
@@ -529,6 +535,7 @@ func (s *Server) mkdirs(sess *session, r *pb.MkdirsRequestProto) (proto.Message,
 		return nil, err
 	}
 	hp, _ := s.hostPath(src)
+	s.changed(hp)
 	if err := os.Mkdir(hp, perm); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, rerr(exIO, "mkdirs %s: %v", src, err)
 	}

@@ -67,33 +67,36 @@ func (w *walker) run() error {
 	return err
 }
 
-type dirent struct {
-	name  string
-	sort  string // name, or name+"/" for a directory
-	isDir bool
+// dirKeyOrder orders a directory's entries as their keys sort: a
+// directory as "name/".
+func dirKeyOrder(name string, isDir bool) string {
+	if isDir {
+		return name + "/"
+	}
+	return name
 }
 
 func (w *walker) walkDir(dir, dirKey string) error {
-	all, ok := w.s.dirs.entries(dir)
+	all, ok := w.s.dirs.Entries(dir)
 	if !ok {
 		return nil // vanished or not a directory: nothing under it
 	}
 	// Start at the first entry after the marker (or the directory the
 	// marker lies in) and at or after the prefix: a page costs a binary
 	// search, not a scan of the directory.
-	from := sort.Search(len(all), func(i int) bool { return dirKey+all[i].sort > w.marker })
-	if from > 0 && all[from-1].isDir && strings.HasPrefix(w.marker, dirKey+all[from-1].sort) {
+	from := sort.Search(len(all), func(i int) bool { return dirKey+all[i].Key > w.marker })
+	if from > 0 && all[from-1].IsDir && strings.HasPrefix(w.marker, dirKey+all[from-1].Key) {
 		from--
 	}
-	from = max(from, sort.Search(len(all), func(i int) bool { return dirKey+all[i].sort >= w.prefix }))
+	from = max(from, sort.Search(len(all), func(i int) bool { return dirKey+all[i].Key >= w.prefix }))
 	ents := all[from:]
 	for _, e := range ents {
-		k := dirKey + e.sort
+		k := dirKey + e.Key
 		if k > w.prefix && !strings.HasPrefix(k, w.prefix) {
 			return nil // past the prefix: so is every entry after
 		}
-		p := filepath.Join(dir, e.name)
-		if !e.isDir {
+		p := filepath.Join(dir, e.Name)
+		if !e.IsDir {
 			if k <= w.marker || !strings.HasPrefix(k, w.prefix) {
 				continue
 			}

@@ -40,6 +40,8 @@ import (
 
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/sys/unix"
+
+	"github.com/mlfsd/mlfsd/backends/dirindex"
 )
 
 // Options configures a Server.
@@ -92,8 +94,8 @@ type Server struct {
 	// bucketMu serializes updates of bucket records (acl.go).
 	bucketMu sync.Mutex
 	reqSeq   atomic.Uint64
-	// dirs indexes wide directories for paged listings (dirindex.go).
-	dirs dirIndexes
+	// dirs indexes wide directories for paged listings.
+	dirs *dirindex.Cache
 
 	mu      sync.Mutex // guards the fields below
 	stats   map[string]int64
@@ -157,6 +159,7 @@ func New(root string, opt Options) (*Server, error) {
 		root: abs, opt: opt, log: log,
 		stats:   map[string]int64{},
 		hashed:  map[string]meta{},
+		dirs:    dirindex.New(dirKeyOrder),
 		rng:     mrand.New(mrand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
 		errRate: opt.ErrorRate,
 		kinds:   kinds,

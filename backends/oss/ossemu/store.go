@@ -382,7 +382,7 @@ func (s *Server) publish(f *os.File, bucket, key string, m meta) (objInfo, error
 			break
 		}
 	}
-	s.dirs.invalidate(s.bucketPath(bucket), filepath.Dir(dst))
+	s.dirs.Invalidate(s.bucketPath(bucket), filepath.Dir(dst))
 	if err != nil {
 		os.Remove(tmp)
 		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.EISDIR) {
@@ -397,7 +397,7 @@ func (s *Server) publish(f *os.File, bucket, key string, m meta) (objInfo, error
 func (s *Server) makeMarker(bucket, key string) error {
 	p := s.objPath(bucket, key)
 	err := os.MkdirAll(p, 0o755)
-	s.dirs.invalidate(s.bucketPath(bucket), filepath.Dir(p))
+	s.dirs.Invalidate(s.bucketPath(bucket), filepath.Dir(p))
 	if err != nil {
 		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EEXIST) {
 			return errConflict
@@ -435,7 +435,7 @@ func (s *Server) deleteObject(bucket, key string) error {
 			return err
 		}
 	}
-	s.dirs.invalidate(s.bucketPath(bucket), filepath.Dir(p))
+	s.dirs.Invalidate(s.bucketPath(bucket), filepath.Dir(p))
 	s.prune(bucket, filepath.Dir(p))
 	return nil
 }
@@ -448,6 +448,6 @@ func (s *Server) prune(bucket, dir string) {
 			return
 		}
 		dir = filepath.Dir(dir)
-		s.dirs.invalidate(top, dir)
+		s.dirs.Invalidate(top, dir)
 	}
 }
