@@ -29,15 +29,7 @@ func TestListWideDirChanges(t *testing.T) {
 			seedWideDir(t, e.root, "d", n)
 			dir := e.path("d")
 			if trusted {
-				// The index is trusted once built a second past the
-				// directory's last change (its ctime).
-				waitFor(t, func() bool {
-					var st syscall.Stat_t
-					if err := syscall.Stat(dir, &st); err != nil {
-						t.Fatal(err)
-					}
-					return time.Since(time.Unix(0, st.Ctim.Nano())) > 1500*time.Millisecond
-				})
+				waitSettled(t, dir)
 			}
 			want := map[string]bool{}
 			for i := 0; i < n; i++ {
@@ -112,12 +104,21 @@ func firstDiff(a, b []string) string {
 	return fmt.Sprintf("lengths %d and %d", len(a), len(b))
 }
 
-// waitFor polls cond (a condition no event signals) for up to a minute.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(50 * time.Millisecond) {
+// waitSettled polls (no event signals the passing of time) until dir's
+// last change is 1.5 s old: an index of it built from then on is trusted
+// (one built within a second of the change is rebuilt at every use).
+func waitSettled(tb testing.TB, dir string) {
+	tb.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		var st syscall.Stat_t
+		if err := syscall.Stat(dir, &st); err != nil {
+			tb.Fatal(err)
+		}
+		if time.Since(time.Unix(0, st.Ctim.Nano())) > 1500*time.Millisecond {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
+			tb.Fatalf("%s still changing after a minute", dir)
 		}
 	}
 }
