@@ -11,7 +11,9 @@
 //
 // Requests must be signed (OSS V1 or V4, S3 V2 or V4, in the Authorization
 // header or a presigned URL) with the configured key pair, as a private
-// bucket demands: see Options.AccessKeyID and Options.Anonymous. Buckets
+// bucket demands: see Options.AccessKeyID and Options.Anonymous. A browser
+// form upload (PostObject) carries its signature in the form instead: the
+// signed policy and its conditions are checked (postobject.go). Buckets
 // are addressed path-style (host/bucket/key) or virtual-hosted-style
 // (bucket.host/key, see Options.VirtualHosts).
 package ossemu
