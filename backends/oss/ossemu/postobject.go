@@ -81,7 +81,8 @@ func readPostFields(mr *multipart.Reader) (map[string]string, *multipart.Part, *
 		if err != nil {
 			return nil, nil, malformed
 		}
-		if left -= int64(len(v)); left < 0 {
+		// Names count too: many empty fields must not grow the map freely.
+		if left -= int64(len(name) + len(v)); left < 0 {
 			return nil, nil, &authError{http.StatusBadRequest, "MaxPostPreDataLengthExceeded", "Your POST request fields preceding the upload file were too large."}
 		}
 		if _, dup := fields[name]; !dup {

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"hash"
 	"io"
 	"mime/multipart"
@@ -343,6 +344,52 @@ func TestPostObject(t *testing.T) {
 			t.Errorf("no expiration: status %d: %s", resp.StatusCode, body)
 		}
 		absent("cond")
+	})
+
+	t.Run("MalformedForms", func(t *testing.T) {
+		pol := postPolicyB64(t, future)
+		big := strings.Repeat("x", 70<<10)
+		many := [][2]string{{"key", "many"}}
+		for i := 0; i < 5000; i++ {
+			many = append(many, [2]string{fmt.Sprintf("x-ignore-%05d", i), ""})
+		}
+		for _, c := range []struct {
+			name, code string
+			fields     [][2]string
+			noFile     bool
+		}{
+			{"bigField", "MaxPostPreDataLengthExceeded", [][2]string{{"key", "big"}, {"x-oss-meta-a", big}}, false},
+			{"manyFields", "MaxPostPreDataLengthExceeded", many, false},
+			{"noKey", "InvalidArgument", nil, false},
+			{"noFile", "InvalidArgument", [][2]string{{"key", "nofile"}}, true},
+		} {
+			fields := signOSSV1(c.fields, pol, ak, secret)
+			var resp *http.Response
+			var body []byte
+			if c.noFile {
+				var buf bytes.Buffer
+				mw := multipart.NewWriter(&buf)
+				for _, f := range fields {
+					mw.WriteField(f[0], f[1])
+				}
+				mw.Close()
+				r, err := http.Post(endpoint+"/"+postBucket, mw.FormDataContentType(), &buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ = io.ReadAll(r.Body)
+				r.Body.Close()
+				resp = r
+			} else {
+				resp, body = postForm(t, endpoint, fields, "x", []byte("x"))
+			}
+			if resp.StatusCode != http.StatusBadRequest || errCode(body) != c.code {
+				t.Errorf("%s: %d %s", c.name, resp.StatusCode, body)
+			}
+		}
+		for _, k := range []string{"big", "many", "nofile"} {
+			absent(k)
+		}
 	})
 
 	t.Run("WrongAccessKey", func(t *testing.T) {
