@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"hash"
 	"hash/crc32"
+	"hash/crc64"
 	"io"
 	"net/http"
 	"net/url"
@@ -306,7 +307,7 @@ type digestCheck struct {
 // digestChecks collects what the request says its body hashes to, as the
 // stores check it: Content-MD5 (OSS: InvalidDigest; S3: BadDigest, and
 // InvalidDigest when malformed), x-oss-hash-crc64ecma (OSS), and S3's
-// x-amz-checksum-crc32/-crc32c/-sha1/-sha256 (BadDigest) and a hex
+// x-amz-checksum-crc32/-crc32c/-crc64nvme/-sha1/-sha256 (BadDigest) and a hex
 // x-amz-content-sha256 (XAmzContentSHA256Mismatch).
 func digestChecks(r *http.Request, rc *reqCtx) ([]digestCheck, error) {
 	var out []digestCheck
@@ -332,26 +333,18 @@ func digestChecks(r *http.Request, rc *reqCtx) ([]digestCheck, error) {
 	if !rc.s3 {
 		return out, nil
 	}
-	for _, a := range []struct {
-		name string
-		h    func() hash.Hash
-	}{
-		{"crc32", func() hash.Hash { return crc32.NewIEEE() }},
-		{"crc32c", func() hash.Hash { return crc32.New(crc32.MakeTable(crc32.Castagnoli)) }},
-		{"sha1", sha1.New},
-		{"sha256", sha256.New},
-	} {
-		v := r.Header.Get("x-amz-checksum-" + a.name)
+	for _, name := range checksumNames {
+		v := r.Header.Get("x-amz-checksum-" + name)
 		if v == "" {
 			continue
 		}
-		h := a.h()
+		h := checksumAlgs[name]()
 		want, err := base64.StdEncoding.DecodeString(v)
 		if err != nil || len(want) != h.Size() {
-			return nil, &digestError{code: "InvalidRequest", msg: fmt.Sprintf("Value for x-amz-checksum-%s header is invalid.", a.name)}
+			return nil, &digestError{code: "InvalidRequest", msg: fmt.Sprintf("Value for x-amz-checksum-%s header is invalid.", name)}
 		}
 		out = append(out, digestCheck{h: h, want: want, code: "BadDigest",
-			msg: fmt.Sprintf("The %s you specified did not match the calculated checksum.", strings.ToUpper(a.name))})
+			msg: fmt.Sprintf("The %s you specified did not match the calculated checksum.", strings.ToUpper(name))})
 	}
 	if v := r.Header.Get("X-Amz-Content-Sha256"); len(v) == 64 {
 		want, err := hex.DecodeString(v)
@@ -646,12 +639,21 @@ func (c *awsChunkedReader) readTrailers() error {
 }
 
 // checksumAlgs are S3's additional checksums, by header suffix.
+// CRC-64/NVME is the reflected polynomial 0x9a6c9329ac4bc9b5 with the
+// initial value and final XOR all ones, which is how hash/crc64 computes
+// any table ("123456789" sums to 0xae8b14860a799888).
 var checksumAlgs = map[string]func() hash.Hash{
-	"crc32":  func() hash.Hash { return crc32.NewIEEE() },
-	"crc32c": func() hash.Hash { return crc32.New(crc32.MakeTable(crc32.Castagnoli)) },
-	"sha1":   sha1.New,
-	"sha256": sha256.New,
+	"crc32":     func() hash.Hash { return crc32.NewIEEE() },
+	"crc32c":    func() hash.Hash { return crc32.New(crc32.MakeTable(crc32.Castagnoli)) },
+	"crc64nvme": func() hash.Hash { return crc64.New(crc64NVME) },
+	"sha1":      sha1.New,
+	"sha256":    sha256.New,
 }
+
+// checksumNames are checksumAlgs' names in a fixed order.
+var checksumNames = []string{"crc32", "crc32c", "crc64nvme", "sha1", "sha256"}
+
+var crc64NVME = crc64.MakeTable(0x9a6c9329ac4bc9b5)
 
 var errChunkSignature = &digestError{code: "SignatureDoesNotMatch",
 	msg: "The request signature we calculated does not match the signature you provided. Check your key and signing method."}
