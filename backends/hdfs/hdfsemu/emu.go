@@ -155,8 +155,8 @@ type Server struct {
 	owners    map[string]string  // owners set by setOwner or create, by HDFS path
 	names     map[uint64]string  // uid<<1 or gid<<1|1 -> name cache
 
-	// dirs indexes wide directories for paged getListing (safe for
-	// concurrent use on its own).
+	// dirs indexes wide directories for paged getListing. Its own lock
+	// is a leaf: taken under mu, never the other way round.
 	dirs *dirindex.Cache
 }
 
