@@ -49,6 +49,13 @@ type faulty struct {
 	gateKeys    map[string]bool // GUARDED_BY(mu): keys the gate holds (nil: all)
 	startGate   chan struct{}   // GUARDED_BY(mu): if set, Write blocks until it is closed
 
+	// lateCommits: a held Commit whose client gives up (context
+	// cancelled) still lands once the gate opens, as a store finishes a
+	// request its client disconnected from. GUARDED_BY(mu)
+	lateCommits bool
+	late        sync.WaitGroup // such commits still to land
+	inCommit    chan string    // receives the key of each Commit begun (if room)
+
 	started chan string // receives the key of each Write begun (if room)
 	writes  atomic.Int32
 	reads   atomic.Int32
@@ -56,7 +63,7 @@ type faulty struct {
 }
 
 func newFaulty(b backends.Backend) *faulty {
-	return &faulty{Backend: b, started: make(chan string, 1000)}
+	return &faulty{Backend: b, started: make(chan string, 1000), inCommit: make(chan string, 1000)}
 }
 
 // hold makes every Commit (of keys, if given) block until release.
@@ -118,6 +125,16 @@ type faultyWriter struct {
 	f   *faulty
 	key string
 	n   int64
+	// sent: a late Commit is on its way; an Abort cannot undo it (the
+	// store received the whole request).
+	sent atomic.Bool
+}
+
+func (w *faultyWriter) Abort(ctx context.Context) error {
+	if w.sent.Load() {
+		return nil
+	}
+	return w.Writer.Abort(ctx)
 }
 
 func (w *faultyWriter) Write(p []byte) (int, error) {
@@ -143,11 +160,26 @@ func (w *faultyWriter) Commit(ctx context.Context) (backends.ObjectInfo, error) 
 	if fail {
 		w.f.failCommits--
 	}
+	late := w.f.lateCommits
 	w.f.mu.Unlock()
+	select {
+	case w.f.inCommit <- w.key:
+	default:
+	}
 	if gate != nil {
 		select {
 		case <-gate:
 		case <-ctx.Done():
+			if late {
+				w.sent.Store(true)
+				w.f.late.Add(1)
+				go func() {
+					defer w.f.late.Done()
+					<-gate
+					w.Writer.Commit(context.Background())
+				}()
+				return backends.ObjectInfo{}, ctx.Err()
+			}
 			w.Writer.Abort(context.Background())
 			return backends.ObjectInfo{}, ctx.Err()
 		}
@@ -254,6 +286,22 @@ func stagingFiles(t *testing.T, s *Store) (blobs, records int) {
 	b, _ := os.ReadDir(s.blobDir)
 	r, _ := os.ReadDir(s.jr.dir)
 	return len(b), len(r)
+}
+
+// waitCommit waits until a Commit of key has begun.
+func waitCommit(t *testing.T, f *faulty, key string) {
+	t.Helper()
+	timeout := time.After(2 * time.Minute)
+	for {
+		select {
+		case k := <-f.inCommit:
+			if k == key {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the upload of %q never reached its commit", key)
+		}
+	}
 }
 
 func waitStarted(t *testing.T, f *faulty, key string) {

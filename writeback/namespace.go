@@ -17,7 +17,10 @@ import (
 // after the change.
 
 // quiesce stops e's upload or stream and keeps new ones from starting until
-// resume. Needs s.nsMu, and not e.mu.
+// resume. An upload already publishing (committing) is waited for, never
+// cancelled: a store may finish a request its client gave up on, and the
+// object would land after the unlink or rename that follows. Needs
+// s.nsMu, and not e.mu.
 func (s *Store) quiesce(e *entry) {
 	if e == nil {
 		return
@@ -25,12 +28,23 @@ func (s *Store) quiesce(e *entry) {
 	s.mu.Lock()
 	e.paused++
 	up, st := e.up, e.stream
+	publishing := false
+	if up != nil {
+		if up.committing {
+			publishing = true
+		} else {
+			up.cancel() // under s.mu: put checks before it commits
+		}
+	}
 	if st != nil {
+		publishing = publishing || st.committing
 		st.invalidateLocked()
 	}
 	s.mu.Unlock()
+	if publishing {
+		s.crash(crashCommitAwaited)
+	}
 	if up != nil {
-		up.cancel()
 		<-up.done
 	}
 	if st != nil {

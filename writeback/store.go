@@ -129,6 +129,11 @@ type upload struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
+	// committing: the request that publishes the object (Commit) is
+	// about to be sent, or was. Cancelling it then no longer tells
+	// whether the object lands (a store may finish a request its client
+	// gave up on), so quiesce waits for it instead. GUARDED_BY(Store.mu)
+	committing bool
 }
 
 // ErrUploadFailed is returned by Drain (wrapped, naming the files) when

@@ -41,6 +41,9 @@ type streamer struct {
 	started   bool     // GUARDED_BY(s.mu): an upload is open (threshold reached)
 	sentBytes int64    // GUARDED_BY(s.mu): bytes handed to the upload
 	v         *version // GUARDED_BY(s.mu): the sealed version to commit
+	// committing: Commit is being sent; quiesce waits for it (see
+	// upload.committing). GUARDED_BY(s.mu)
+	committing bool
 }
 
 // errStreamChanged: bytes already streamed were rewritten before close.
@@ -228,7 +231,15 @@ func (st *streamer) send() (backends.ObjectInfo, error) {
 			if err := checkUnchanged(st.key, v); err != nil {
 				return abort(err)
 			}
-			info, err := w.Commit(st.ctx)
+			s.mu.Lock()
+			st.committing = st.valid && st.ctx.Err() == nil
+			commit := st.committing
+			s.mu.Unlock()
+			if !commit {
+				return abort(context.Canceled)
+			}
+			// Not cancelled by an invalidation from here (see put).
+			info, err := w.Commit(s.ctx)
 			if err != nil {
 				return abort(err)
 			}

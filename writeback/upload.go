@@ -54,7 +54,12 @@ func (s *Store) worker() {
 		e.up = up
 		s.mu.Unlock()
 
-		info, err := s.put(ctx, key, v)
+		info, err := s.put(ctx, key, v, func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			up.committing = ctx.Err() == nil
+			return up.committing
+		})
 		canceled := ctx.Err() != nil
 		cancel()
 		s.complete(e, v, key, info, err, canceled, func() { e.up = nil })
@@ -62,8 +67,10 @@ func (s *Store) worker() {
 	}
 }
 
-// put uploads version v under key and publishes it with Commit.
-func (s *Store) put(ctx context.Context, key string, v *version) (backends.ObjectInfo, error) {
+// put uploads version v under key and publishes it with Commit, once
+// commit (called just before) agrees: it reports false when the upload was
+// cancelled meanwhile.
+func (s *Store) put(ctx context.Context, key string, v *version, commit func() bool) (backends.ObjectInfo, error) {
 	onUpload, forget := s.trackUploads(key)
 	w, err := s.b.Write(ctx, key, backends.WriteOptions{SizeHint: v.size, OnUpload: onUpload})
 	if err != nil {
@@ -100,7 +107,14 @@ func (s *Store) put(ctx context.Context, key string, v *version) (backends.Objec
 		abort()
 		return backends.ObjectInfo{}, err
 	}
-	info, err := w.Commit(ctx)
+	if !commit() {
+		abort()
+		return backends.ObjectInfo{}, ctx.Err()
+	}
+	// From here only closing the Store cancels: a cancelled request may
+	// still be finished by the store after its client gave up, so an
+	// unlink or rename waits for this publish instead (see quiesce).
+	info, err := w.Commit(s.ctx)
 	if err != nil {
 		abort()
 		return backends.ObjectInfo{}, err

@@ -31,6 +31,7 @@ const (
 	crashRecordRemoved  = "record-removed"  // record of a durable version removed
 	crashRekeyed        = "rekeyed"         // rename: record re-keyed, old name not yet deleted
 	crashUnjournaled    = "unjournaled"     // remove: record gone, backend object not yet deleted
+	crashCommitAwaited  = "commit-awaited"  // unlink/rename waits for a publish in flight
 )
 
 // crash calls the test hook at point p.
