@@ -70,7 +70,8 @@ func (s *Store) putAsideRecord(r record) error {
 
 // setAsideVersion sets aside e's pending version v after a permanent
 // upload failure: its data is linked into setaside/ (the entry keeps
-// its staged copy) and its record leaves the journal. Needs e.mu.
+// its staged copy) and its record leaves the journal. Runs in an exclusive
+// operation on e, without s.mu.
 func (s *Store) setAsideVersion(e *entry, v *version, why error) {
 	r := s.recordOf(e, v)
 	dir := s.asideDir()

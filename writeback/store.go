@@ -30,11 +30,6 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 )
 
-// Lock order: s.nsMu, then e.mu (several entries only under nsMu), then
-// s.mu. Entry fields marked (e.mu+s.mu) are written holding both and may be
-// read holding either. No lock is held across a backend call except e.mu
-// and s.nsMu.
-
 // Store stages, journals and uploads the files of one backend.
 type Store struct {
 	b       backends.Backend
@@ -75,65 +70,6 @@ type Store struct {
 type progressCounters struct {
 	files int64
 	bytes int64
-}
-
-// entry is the state of one file the Store has touched.
-type entry struct {
-	id string // journal record name
-	// mu orders data changes: writes and reads hold it shared; seal,
-	// copy-on-write, truncate, rename and removal hold it exclusively.
-	mu sync.RWMutex
-
-	key       string              // (e.mu+s.mu) "" once removed
-	base      backends.ObjectInfo // GUARDED_BY(s.mu): what the backend holds, when inBackend
-	inBackend bool                // GUARDED_BY(s.mu): something may exist under key in the backend
-	cur       *blob               // (e.mu+s.mu) live staged data; nil when not staged
-	dirty     bool                // (e.mu+s.mu) cur changed since the last seal
-	mtime     time.Time           // GUARDED_BY(s.mu)
-	handles   int                 // GUARDED_BY(s.mu)
-	gen       uint64              // (e.mu+s.mu) generation of the latest seal
-	pend      *version            // (e.mu+s.mu) latest sealed version not yet durable
-	durable   uint64              // GUARDED_BY(s.mu) latest generation durable in the backend
-	up        *upload             // GUARDED_BY(s.mu) upload in flight
-	queued    bool                // GUARDED_BY(s.mu)
-	paused    int                 // GUARDED_BY(s.mu) namespace changes in progress
-	attempts  int                 // GUARDED_BY(s.mu) failed attempts of pend
-	failed    error               // GUARDED_BY(s.mu) pend could not be uploaded
-	stream    *streamer           // (e.mu+s.mu) upload started before close
-	// ptHandles counts open handles whose I/O the kernel sends straight
-	// to cur (FUSE passthrough). While it is non-zero, cur is never
-	// replaced (the kernel holds its fd) and is written in place even
-	// when sealed; uploads then check, before publishing, that the blob
-	// did not change since its seal (see blobStat).
-	ptHandles int // (e.mu+s.mu)
-	// closeFailed: the last seal failed (full staging disk); the last
-	// release then drops the unsealed bytes instead of sealing them.
-	closeFailed bool     // GUARDED_BY(s.mu)
-	lastSeal    blobStat // (e.mu+s.mu) cur's state at the last seal or staging
-}
-
-// version is one sealed state of an entry: what a close saw.
-type version struct {
-	gen   uint64
-	blob  *blob
-	size  int64
-	ctime int64 // the blob's change time at seal (see blobStat)
-	seq   int64
-	mtime time.Time
-}
-
-// upload is an upload in flight.
-type upload struct {
-	v      *version
-	key    string
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
-	// committing: the request that publishes the object (Commit) is
-	// about to be sent, or was. Cancelling it then no longer tells
-	// whether the object lands (a store may finish a request its client
-	// gave up on), so quiesce waits for it instead. GUARDED_BY(Store.mu)
-	committing bool
 }
 
 // ErrUploadFailed is returned by Drain (wrapped, naming the files) when
@@ -241,7 +177,8 @@ func (s *Store) recover() error {
 		bl.sealed = true
 		bl.refs = 2 // cur and pend
 		mt := time.Unix(0, r.ModTime)
-		e := &entry{id: r.ID, key: r.Key, cur: bl, gen: 1, mtime: mt, inBackend: true}
+		e := s.newEntryLocked(r.ID, r.Key)
+		e.cur, e.gen, e.mtime, e.inBackend = bl, 1, mt, true
 		s.setPendLocked(e, &version{gen: 1, blob: bl, size: r.Size, ctime: r.CTime, seq: r.Seq, mtime: mt})
 		e.lastSeal = blobStat{size: r.Size, ctime: r.CTime}
 		s.entries[r.Key] = e
@@ -391,7 +328,8 @@ func indexByte(s string, c byte) int {
 func (s *Store) entryLocked(key string, base *backends.ObjectInfo) *entry {
 	e := s.entries[key]
 	if e == nil {
-		e = &entry{id: randomID(), key: key, mtime: time.Now()}
+		e = s.newEntryLocked(randomID(), key)
+		e.mtime = time.Now()
 		if base != nil {
 			e.base, e.inBackend, e.mtime = *base, true, base.ModTime
 		}
@@ -418,7 +356,8 @@ func (s *Store) dropVersionLocked(e *entry, v *version) {
 }
 
 // maybeReleaseLocked frees the staged data of an entry nobody has open
-// once it is durable (or the entry was removed). Needs e.mu exclusively.
+// once it is durable (or the entry was removed). Needs s.mu, in an
+// exclusive operation on e.
 func (s *Store) maybeReleaseLocked(e *entry) {
 	if e.handles > 0 || e.cur == nil {
 		return

@@ -150,9 +150,8 @@ func checkUnchanged(key string, v *version) error {
 // means v was published, even if canceled is set (it was cancelled too
 // late); canceled with an error means nobody should retry it here.
 func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectInfo, err error, canceled bool, clear func()) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	s.mu.Lock()
+	s.beginOpLocked(e, opComplete)
 	// Drain waits for this to end, not only for the count below: after
 	// a drain the journal and staging hold nothing of what it reported.
 	s.completing++
@@ -218,6 +217,7 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	if e.pend != v {
 		s.enqueueLocked(e)
 	}
+	why := e.failed
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	if removeRecord {
@@ -229,7 +229,7 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	}
 	if aside {
 		// Retrying cannot help, now or at the next start.
-		s.setAsideVersion(e, v, e.failed)
+		s.setAsideVersion(e, v, why)
 		s.mu.Lock()
 		if e.pend == v {
 			s.setPendLocked(e, nil)
@@ -239,13 +239,12 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	}
 	s.mu.Lock()
 	s.maybeReleaseLocked(e)
+	s.endOpLocked(e)
 	s.mu.Unlock()
 	if reseal {
-		e.mu.Unlock()
 		if _, err := s.seal(e, false, false); err != nil {
 			s.log.Error("writeback: cannot seal a file changed after close", "key", key, "err", err)
 		}
-		e.mu.Lock() // for the deferred Unlock
 	}
 }
 

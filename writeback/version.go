@@ -1,5 +1,40 @@
 package writeback
 
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// The write-back entry: one file's state, one lock, named states and
+// transitions. Everything about an entry lives in this file; the
+// operations that drive it (Handle, seal, upload, namespace changes) call
+// the transitions below.
+//
+// Lock order: Store.nsMu, then Store.mu. Store.mu is the one lock of every
+// entry: each field of entry, version, upload and streamer is read and
+// written holding it, and it is never held across file or backend I/O.
+// nsMu serialises namespace changes (rename, remove) and is held across
+// backend calls.
+//
+// Work on an entry's bytes (reads and writes of the live blob, staging,
+// sealing, truncation, renames, removals) happens outside Store.mu, so an
+// entry also has an operation state, changed only under Store.mu:
+//
+//	idle       no operation runs
+//	io(n)      n reads or writes use cur's file; cur is not replaced
+//	           (beginIOLocked, endIOLocked)
+//	op(name)   one exclusive operation (opStage, opSeal, ...) owns the
+//	           entry's data: cur, its bytes and the pending version change
+//	           only inside one (beginOpLocked, endOpLocked)
+//
+// A waiting exclusive operation keeps new io from starting, so writes
+// cannot starve a close. Waiting is on the entry's own condition variable
+// (e.idle, on Store.mu). An operation never begins another on the same
+// entry; several entries are owned at once only under nsMu.
+//
 // The life of one version of a file, and where a crash can interrupt it.
 //
 //	staged     bytes written to the entry's live blob (cur); nothing journaled
@@ -10,8 +45,18 @@ package writeback
 //	           sealed blob in place (passthrough): the version is copied to a
 //	           blob of its own and the record re-pointed before any byte of
 //	           the live blob changes (crashPreserveCopied, crashPreserved).
+//	uploading  an uploader (upload) or a stream sends it; an unlink or
+//	           rename cancels it (nothing is published).
+//	committing the publishing request (Commit) is sent: it cannot be
+//	           recalled (a store may finish a request its client gave up
+//	           on), so an unlink or rename waits for it (crashCommitAwaited)
+//	           and only closing the Store cancels it.
 //	committed  the backend holds the version (crashCommitted); its record
 //	           is removed after (crashRecordRemoved).
+//	rekeyed    a rename re-journals a pending version under its new name
+//	           before the old object is deleted (crashRekeyed).
+//	unjournaled an unlink removes the record before deleting the object
+//	           (crashUnjournaled): a crash leaves the last uploaded version.
 //	set aside  a record that cannot be honoured (its blob changed or is
 //	           gone, or the backend refuses the name for good) is moved to
 //	           setaside/ with its data and reported; it never blocks the
@@ -19,6 +64,137 @@ package writeback
 //
 // Open and truncate publish nothing: only a seal makes a version, and only
 // the last sealed version of a key is ever uploaded.
+
+// entry is the state of one file the Store has touched. Every field but
+// the immutable id and idle is GUARDED_BY(Store.mu); the operation state
+// (above) says which fields an operation may rely on outside it.
+type entry struct {
+	id   string     // journal record name; immutable
+	idle *sync.Cond // on Store.mu: broadcast when op or io ends
+
+	// Operation state.
+	op        string // "" or the exclusive operation running (op*)
+	io        int    // reads and writes of cur's file in progress
+	opWaiting int    // exclusive operations waiting to begin
+
+	key       string              // "" once removed
+	base      backends.ObjectInfo // what the backend holds, when inBackend
+	inBackend bool                // something may exist under key in the backend
+	cur       *blob               // live staged data; nil when not staged; replaced only in an op
+	dirty     bool                // cur changed since the last seal
+	mtime     time.Time
+	handles   int
+	gen       uint64   // generation of the latest seal
+	pend      *version // latest sealed version not yet durable
+	durable   uint64   // latest generation durable in the backend
+	up        *upload  // upload in flight
+	queued    bool
+	paused    int       // namespace changes in progress
+	attempts  int       // failed attempts of pend
+	failed    error     // pend could not be uploaded
+	stream    *streamer // upload started before close
+	// ptHandles counts open handles whose I/O the kernel sends straight
+	// to cur (FUSE passthrough). While it is non-zero, cur is never
+	// replaced (the kernel holds its fd) and is written in place even
+	// when sealed; uploads then check, before publishing, that the blob
+	// did not change since its seal (see blobStat).
+	ptHandles int
+	// closeFailed: the last seal failed (full staging disk); the last
+	// release then drops the unsealed bytes instead of sealing them.
+	closeFailed bool
+	lastSeal    blobStat // cur's state at the last seal or staging
+}
+
+// Exclusive operations on an entry (entry.op), named for diagnostics.
+const (
+	opStage       = "stage"       // make cur writable (copy, fetch, create)
+	opTruncate    = "truncate"    // set cur's size
+	opSeal        = "seal"        // close/fsync: journal a version
+	opPassthrough = "passthrough" // grant a passthrough handle
+	opRelease     = "release"     // a handle's last release
+	opComplete    = "complete"    // record an upload's end
+	opStreamEnd   = "stream-end"  // a stream that adopted nothing ends
+	opNamespace   = "namespace"   // rename or remove (Store.nsMu held)
+)
+
+// newEntryLocked makes an entry for key. Needs s.mu.
+func (s *Store) newEntryLocked(id, key string) *entry {
+	return &entry{id: id, key: key, idle: sync.NewCond(&s.mu)}
+}
+
+// beginOpLocked waits until e is idle and makes op its one exclusive
+// operation. Needs s.mu (released while waiting).
+func (s *Store) beginOpLocked(e *entry, op string) {
+	e.opWaiting++
+	for e.op != "" || e.io > 0 {
+		e.idle.Wait()
+	}
+	e.opWaiting--
+	e.op = op
+}
+
+// endOpLocked ends e's exclusive operation. Needs s.mu.
+func (s *Store) endOpLocked(e *entry) {
+	e.op = ""
+	e.idle.Broadcast()
+}
+
+// beginOp and endOp are beginOpLocked and endOpLocked taking s.mu.
+func (s *Store) beginOp(e *entry, op string) {
+	s.mu.Lock()
+	s.beginOpLocked(e, op)
+	s.mu.Unlock()
+}
+
+func (s *Store) endOp(e *entry) {
+	s.mu.Lock()
+	s.endOpLocked(e)
+	s.mu.Unlock()
+}
+
+// beginIOLocked waits until no exclusive operation runs or waits, and
+// counts a read or write of cur's file. Needs s.mu (released while
+// waiting).
+func (s *Store) beginIOLocked(e *entry) {
+	for e.op != "" || e.opWaiting > 0 {
+		e.idle.Wait()
+	}
+	e.io++
+}
+
+// endIOLocked ends a read or write. Needs s.mu.
+func (s *Store) endIOLocked(e *entry) {
+	e.io--
+	if e.io == 0 && e.opWaiting > 0 {
+		e.idle.Broadcast()
+	}
+}
+
+// version is one sealed state of an entry: what a close saw. Its fields
+// are set before it is published to the entry and then change only under
+// Store.mu (seq, when a rename re-journals it).
+type version struct {
+	gen   uint64
+	blob  *blob
+	size  int64
+	ctime int64 // the blob's change time at seal (see blobStat)
+	seq   int64
+	mtime time.Time
+}
+
+// upload is an upload in flight (state uploading, then committing).
+type upload struct {
+	v      *version
+	key    string
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	// committing: the request that publishes the object (Commit) is
+	// about to be sent, or was. Cancelling it then no longer tells
+	// whether the object lands (a store may finish a request its client
+	// gave up on), so quiesce waits for it instead. GUARDED_BY(Store.mu)
+	committing bool
+}
 
 // Crash points: the test hook Options.crashHook is called at each, with
 // the Store's state on disk exactly as a SIGKILL there would leave it.
@@ -58,8 +234,8 @@ func samePendLocked(e *entry, v *version) bool {
 // directly through passthrough, so it cannot be replaced): the version is
 // copied to a sealed blob of its own and its record re-pointed, so a crash
 // during the rewrite still finds the closed bytes. sync also fsyncs the
-// copy and the record. Needs e.mu exclusively.
-func (s *Store) preservePendingLocked(e *entry, sync bool) error {
+// copy and the record. Runs in an exclusive operation on e, without s.mu.
+func (s *Store) preservePending(e *entry, sync bool) error {
 	s.mu.Lock()
 	v, key, cur := e.pend, e.key, e.cur
 	s.mu.Unlock()
