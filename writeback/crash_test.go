@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -55,11 +56,13 @@ type crashSnap struct {
 	allowed        map[string][][]byte
 }
 
-// copyTree copies a directory tree (regular files and directories) and
-// returns the change time each file had when it was copied.
+// copyTree copies a directory tree (regular files, hard links among them,
+// and directories) and returns the change time each file had when it was
+// copied.
 func copyTree(t *testing.T, from, to string) map[string]int64 {
 	t.Helper()
 	ctimes := map[string]int64{}
+	inodes := map[uint64]string{} // inode copied -> its copy
 	err := filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if os.IsNotExist(err) {
@@ -92,6 +95,10 @@ func copyTree(t *testing.T, from, to string) map[string]int64 {
 			return err
 		}
 		ctimes[rel] = st.Ctim.Nano()
+		if first, ok := inodes[st.Ino]; ok {
+			return os.Link(first, dst)
+		}
+		inodes[st.Ino] = dst
 		return os.WriteFile(dst, data, 0o600)
 	})
 	if err != nil {
@@ -197,7 +204,7 @@ func crashScenario(t *testing.T, pt, hold bool, point string) (snaps []crashSnap
 	s = openStore(t, f, staging, func(o *Options) { o.crashHook = hook })
 	ctx := context.Background()
 	A, B, C, D, E := randBytes(1, 300<<10), randBytes(2, 200<<10), randBytes(3, 250<<10), randBytes(4, 100<<10), randBytes(5, 70<<10)
-	F := randBytes(6, 90<<10)
+	F, R := randBytes(6, 90<<10), randBytes(7, 40<<10)
 	BX := append([]byte(nil), B...)
 	copy(BX, "XXXXXXXXXX")
 	CD := append([]byte(nil), C...)
@@ -320,6 +327,23 @@ func crashScenario(t *testing.T, pt, hold bool, point string) (snaps []crashSnap
 	f.mu.Unlock()
 	f.release()
 	drain(t, s) // returns once every upload's end is recorded, hooks included
+
+	// R: refused by the store for good, so set aside. Last, with nothing
+	// else in flight, so the uploader's snapshot is one instant. A new
+	// Store (whose store accepts it) may upload it, or find it set aside.
+	f.mu.Lock()
+	f.failKeys = map[string]error{"refused": backends.ErrPermission}
+	f.mu.Unlock()
+	h7, w7 := open("refused", true)
+	write(w7, R)
+	closeAs(h7, "refused", R)
+	must(t, h7.Release())
+	m.begin("refused", nil)
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := s.Drain(dctx, nil); !errors.Is(err, ErrUploadFailed) {
+		t.Fatalf("drain with a refused file: %v, want ErrUploadFailed", err)
+	}
 	snapMu.Lock()
 	defer snapMu.Unlock()
 	return snaps
@@ -416,7 +440,7 @@ func checkRecovery(t *testing.T, sn crashSnap) {
 // uploads finishing at once or held until after the next step.
 func TestCrashAtEveryTransition(t *testing.T) {
 	points := []string{crashStaged, crashSealed, crashPreserveCopied, crashPreserved, crashCommitted,
-		crashRecordRemoved, crashRekeyed, crashUnjournaled, crashCommitAwaited}
+		crashRecordRemoved, crashRekeyed, crashUnjournaled, crashCommitAwaited, crashSetAside}
 	seen := map[string]int{}
 	for _, pt := range []bool{false, true} {
 		for _, hold := range []bool{false, true} {

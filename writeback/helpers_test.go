@@ -42,9 +42,10 @@ type faulty struct {
 	backends.Backend
 
 	mu          sync.Mutex
-	failCommits int   // GUARDED_BY(mu): the next N commits fail (transient)
-	failAll     error // GUARDED_BY(mu): every Write fails with it
-	failAfter   int64 // GUARDED_BY(mu): >0: a write stream breaks after this many bytes, once
+	failCommits int              // GUARDED_BY(mu): the next N commits fail (transient)
+	failAll     error            // GUARDED_BY(mu): every Write fails with it
+	failKeys    map[string]error // GUARDED_BY(mu): Writes of these keys fail so
+	failAfter   int64            // GUARDED_BY(mu): >0: a write stream breaks after this many bytes, once
 	gate        chan struct{}
 	gateKeys    map[string]bool // GUARDED_BY(mu): keys the gate holds (nil: all)
 	startGate   chan struct{}   // GUARDED_BY(mu): if set, Write blocks until it is closed
@@ -102,6 +103,9 @@ func (f *faulty) Write(ctx context.Context, key string, opt backends.WriteOption
 	}
 	f.mu.Lock()
 	err, start := f.failAll, f.startGate
+	if kerr := f.failKeys[key]; kerr != nil {
+		err = kerr
+	}
 	f.mu.Unlock()
 	if start != nil {
 		select {

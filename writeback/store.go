@@ -161,7 +161,7 @@ func (s *Store) recover() error {
 				err = serr
 			} else if st.size != r.Size {
 				err = fmt.Errorf("staged data is %d bytes, the journal says %d (lost in a machine crash?)", st.size, r.Size)
-			} else if r.CTime != 0 && st.ctime != r.CTime {
+			} else if r.CTime != 0 && st.ctime != r.CTime && !s.linkedAside(bl) {
 				err = fmt.Errorf("staged data changed after its close (written through a descriptor still open)")
 			}
 			if err != nil {

@@ -208,6 +208,7 @@ const (
 	crashRekeyed        = "rekeyed"         // rename: record re-keyed, old name not yet deleted
 	crashUnjournaled    = "unjournaled"     // remove: record gone, backend object not yet deleted
 	crashCommitAwaited  = "commit-awaited"  // unlink/rename waits for a publish in flight
+	crashSetAside       = "set-aside"       // refused version copied to setaside/, record not yet removed
 )
 
 // crash calls the test hook at point p.
