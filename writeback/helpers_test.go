@@ -216,6 +216,27 @@ func openStore(t *testing.T, b backends.Backend, staging string, tweak func(*Opt
 	if tweak != nil {
 		tweak(&opt)
 	}
+	// An unlink or rename waits for a publish in flight (it cannot be
+	// recalled): a Commit the test holds is then answered, as a store
+	// would, after the test's own hook has seen the point.
+	var f *faulty
+	switch fb := b.(type) {
+	case *faulty:
+		f = fb
+	case renamer:
+		f = fb.faulty
+	}
+	if f != nil {
+		hook := opt.crashHook
+		opt.crashHook = func(p string) {
+			if hook != nil {
+				hook(p)
+			}
+			if p == crashCommitAwaited {
+				f.release()
+			}
+		}
+	}
 	s, err := Open(context.Background(), b, opt)
 	if err != nil {
 		t.Fatal(err)
