@@ -42,7 +42,19 @@ func TestNamespaceChangeWaitsForAPublishInFlight(t *testing.T) {
 					}
 				})
 				data := randBytes(7, 1<<20)
-				writeFile(t, s, "k", data)
+				if stream {
+					// Streaming before the close, so the close hands its
+					// version to the stream.
+					h, err := s.Open(context.Background(), "k", nil, OpenFlags{Write: true, Truncate: true})
+					must(t, err)
+					_, err = h.WriteAt(context.Background(), data, 0)
+					must(t, err)
+					waitStreaming(t, s, h)
+					must(t, h.Flush(context.Background()))
+					must(t, h.Release())
+				} else {
+					writeFile(t, s, "k", data)
+				}
 				waitCommit(t, f, "k")
 				if stream && f.writes.Load() != 1 {
 					t.Fatalf("%d uploads started, want the one stream", f.writes.Load())

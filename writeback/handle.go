@@ -383,31 +383,6 @@ func (h *Handle) Release() error {
 	return err
 }
 
-// discardUnclosedLocked drops bytes written since the last seal when the
-// file's last close failed (a full staging disk) and nobody has it open:
-// they were never closed, so they are never published, and a full disk
-// needs the space. The file reads as its last closed version again (in
-// both I/O modes). Needs s.mu, in an exclusive operation on e.
-func (s *Store) discardUnclosedLocked(e *entry) {
-	e.closeFailed = false
-	cur := e.cur
-	if cur == nil || (e.pend != nil && e.pend.blob == cur) {
-		return // nothing staged, or written in place over a sealed version
-	}
-	if st := e.stream; st != nil && st.v == nil {
-		st.invalidateLocked()
-	}
-	s.log.Warn("writeback: dropping the bytes of a file whose close failed", "key", e.key)
-	e.cur = nil
-	e.dirty = false
-	if v := e.pend; v != nil {
-		v.blob.refs++
-		e.cur = v.blob
-		e.lastSeal = blobStat{size: v.size, ctime: v.ctime}
-	}
-	s.unrefLocked(cur)
-}
-
 // seal makes the entry's current bytes a journaled version and queues its
 // upload, if they changed since the last seal; syncLocal (or
 // Options.StagingSync) also fsyncs them to the staging disk. snapshot

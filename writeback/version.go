@@ -15,7 +15,8 @@ import (
 //
 // Lock order: Store.nsMu, then Store.mu. Store.mu is the one lock of every
 // entry: each field of entry, version, upload and streamer is read and
-// written holding it, and it is never held across file or backend I/O.
+// written holding it, and it is never held across a backend call or a
+// read or write of a file (only fstat and close run under it).
 // nsMu serialises namespace changes (rename, remove) and is held across
 // backend calls.
 //
@@ -60,49 +61,51 @@ import (
 //	set aside  a record that cannot be honoured (its blob changed or is
 //	           gone, or the backend refuses the name for good) is moved to
 //	           setaside/ with its data and reported; it never blocks the
-//	           channel or its next start.
+//	           channel or its next start. The data is linked there before
+//	           the record leaves the journal (crashSetAside): a restart in
+//	           between uploads the version again (see linkedAside).
 //
 // Open and truncate publish nothing: only a seal makes a version, and only
 // the last sealed version of a key is ever uploaded.
 
-// entry is the state of one file the Store has touched. Every field but
-// the immutable id and idle is GUARDED_BY(Store.mu); the operation state
-// (above) says which fields an operation may rely on outside it.
+// entry is the state of one file the Store has touched. The operation
+// state (above) says which fields an operation may rely on outside s.mu.
 type entry struct {
 	id   string     // journal record name; immutable
-	idle *sync.Cond // on Store.mu: broadcast when op or io ends
+	idle *sync.Cond // on Store.mu: broadcast when op or io ends; immutable
 
 	// Operation state.
-	op        string // "" or the exclusive operation running (op*)
-	io        int    // reads and writes of cur's file in progress
-	opWaiting int    // exclusive operations waiting to begin
+	op        string // GUARDED_BY(Store.mu): "" or the exclusive operation running (op*)
+	io        int    // GUARDED_BY(Store.mu): reads and writes of cur's file in progress
+	opWaiting int    // GUARDED_BY(Store.mu): exclusive operations waiting to begin
 
-	key       string              // "" once removed
-	base      backends.ObjectInfo // what the backend holds, when inBackend
-	inBackend bool                // something may exist under key in the backend
-	cur       *blob               // live staged data; nil when not staged; replaced only in an op
-	dirty     bool                // cur changed since the last seal
-	mtime     time.Time
-	handles   int
-	gen       uint64   // generation of the latest seal
-	pend      *version // latest sealed version not yet durable
-	durable   uint64   // latest generation durable in the backend
-	up        *upload  // upload in flight
-	queued    bool
-	paused    int       // namespace changes in progress
-	attempts  int       // failed attempts of pend
-	failed    error     // pend could not be uploaded
-	stream    *streamer // upload started before close
+	key       string              // GUARDED_BY(Store.mu): "" once removed; changes only in opNamespace
+	base      backends.ObjectInfo // GUARDED_BY(Store.mu): what the backend holds, when inBackend
+	inBackend bool                // GUARDED_BY(Store.mu): something may exist under key in the backend
+	cur       *blob               // GUARDED_BY(Store.mu): live staged data, nil when not staged; replaced only in an op
+	dirty     bool                // GUARDED_BY(Store.mu): cur changed since the last seal
+	mtime     time.Time           // GUARDED_BY(Store.mu)
+	handles   int                 // GUARDED_BY(Store.mu)
+	gen       uint64              // GUARDED_BY(Store.mu): generation of the latest seal
+	pend      *version            // GUARDED_BY(Store.mu): latest sealed version not yet durable
+	durable   uint64              // GUARDED_BY(Store.mu): latest generation durable in the backend
+	up        *upload             // GUARDED_BY(Store.mu): upload in flight
+	queued    bool                // GUARDED_BY(Store.mu)
+	paused    int                 // GUARDED_BY(Store.mu): namespace changes in progress
+	attempts  int                 // GUARDED_BY(Store.mu): failed attempts of pend
+	failed    error               // GUARDED_BY(Store.mu): pend could not be uploaded
+	stream    *streamer           // GUARDED_BY(Store.mu): upload started before close
 	// ptHandles counts open handles whose I/O the kernel sends straight
 	// to cur (FUSE passthrough). While it is non-zero, cur is never
 	// replaced (the kernel holds its fd) and is written in place even
 	// when sealed; uploads then check, before publishing, that the blob
-	// did not change since its seal (see blobStat).
+	// did not change since its seal (see blobStat). GUARDED_BY(Store.mu)
 	ptHandles int
 	// closeFailed: the last seal failed (full staging disk); the last
 	// release then drops the unsealed bytes instead of sealing them.
+	// GUARDED_BY(Store.mu)
 	closeFailed bool
-	lastSeal    blobStat // cur's state at the last seal or staging
+	lastSeal    blobStat // GUARDED_BY(Store.mu): cur's state at the last seal or staging
 }
 
 // Exclusive operations on an entry (entry.op), named for diagnostics.
@@ -168,6 +171,112 @@ func (s *Store) endIOLocked(e *entry) {
 	if e.io == 0 && e.opWaiting > 0 {
 		e.idle.Broadcast()
 	}
+}
+
+// Transitions of the entry's data: each needs s.mu; those that replace
+// cur or the pending version also need an exclusive operation on e.
+
+// entryLocked returns the entry of key, creating it from base (what the
+// backend holds; nil when nothing is there).
+func (s *Store) entryLocked(key string, base *backends.ObjectInfo) *entry {
+	e := s.entries[key]
+	if e == nil {
+		e = s.newEntryLocked(randomID(), key)
+		e.mtime = time.Now()
+		if base != nil {
+			e.base, e.inBackend, e.mtime = *base, true, base.ModTime
+		}
+		s.entries[key] = e
+	}
+	return e
+}
+
+// unrefLocked drops one reference to b, deleting its file at zero.
+func (s *Store) unrefLocked(b *blob) {
+	b.refs--
+	if b.refs == 0 {
+		b.discard()
+	}
+}
+
+// setPendLocked replaces e.pend, keeping the pending counters; the caller
+// releases the old version with dropVersionLocked.
+func (s *Store) setPendLocked(e *entry, v *version) {
+	if e.pend != nil {
+		s.pending.files--
+		s.pending.bytes -= e.pend.size
+	}
+	e.pend = v
+	if v != nil {
+		s.pending.files++
+		s.pending.bytes += v.size
+	}
+	s.m.queueDepth.Set(float64(s.pending.files))
+	s.m.stagedBytes.Set(float64(s.pending.bytes))
+}
+
+// dropVersionLocked releases v's blob once neither pend nor an upload
+// names it.
+func (s *Store) dropVersionLocked(e *entry, v *version) {
+	if v == nil || e.pend == v || (e.up != nil && e.up.v == v) || (e.stream != nil && e.stream.v == v) {
+		return
+	}
+	s.unrefLocked(v.blob)
+}
+
+// maybeReleaseLocked frees the staged data of an entry nobody has open
+// once it is durable (or the entry was removed). Needs s.mu, in an
+// exclusive operation on e.
+func (s *Store) maybeReleaseLocked(e *entry) {
+	if e.handles > 0 || e.cur == nil {
+		return
+	}
+	if e.key != "" && (e.dirty || e.pend != nil) {
+		return
+	}
+	if e.key == "" && e.pend != nil {
+		old := e.pend
+		s.setPendLocked(e, nil)
+		s.dropVersionLocked(e, old)
+	}
+	s.unrefLocked(e.cur)
+	e.cur = nil
+	e.dirty = false
+}
+
+// refreshLocked updates cur's size from the file when the kernel may have
+// written it directly (passthrough).
+func (s *Store) refreshLocked(e *entry) {
+	if e.ptHandles > 0 && e.cur != nil {
+		if st, err := e.cur.stat(); err == nil {
+			e.cur.size = st.size
+		}
+	}
+}
+
+// discardUnclosedLocked drops bytes written since the last seal when the
+// file's last close failed (a full staging disk) and nobody has it open:
+// they were never closed, so they are never published, and a full disk
+// needs the space. The file reads as its last closed version again (in
+// both I/O modes). Needs s.mu, in an exclusive operation on e.
+func (s *Store) discardUnclosedLocked(e *entry) {
+	e.closeFailed = false
+	cur := e.cur
+	if cur == nil || (e.pend != nil && e.pend.blob == cur) {
+		return // nothing staged, or written in place over a sealed version
+	}
+	if st := e.stream; st != nil && st.v == nil {
+		st.invalidateLocked()
+	}
+	s.log.Warn("writeback: dropping the bytes of a file whose close failed", "key", e.key)
+	e.cur = nil
+	e.dirty = false
+	if v := e.pend; v != nil {
+		v.blob.refs++
+		e.cur = v.blob
+		e.lastSeal = blobStat{size: v.size, ctime: v.ctime}
+	}
+	s.unrefLocked(cur)
 }
 
 // version is one sealed state of an entry: what a close saw. Its fields
