@@ -63,6 +63,18 @@ func (s *Store) setAsideFile(name string, why error) {
 	s.mu.Unlock()
 }
 
+// linkedAside says whether b's file is also linked into setaside/: a
+// set-aside interrupted by a crash (the link changed the blob's ctime, not
+// its bytes), so b still holds its sealed version and is uploaded again.
+func (s *Store) linkedAside(b *blob) bool {
+	aside, err := os.Stat(filepath.Join(s.asideDir(), b.name))
+	if err != nil {
+		return false
+	}
+	own, err := b.f.Stat()
+	return err == nil && os.SameFile(aside, own)
+}
+
 func (s *Store) putAsideRecord(r record) error {
 	j := journal{dir: s.asideDir(), sync: s.jr.sync}
 	return j.put(r, false)
@@ -70,7 +82,8 @@ func (s *Store) putAsideRecord(r record) error {
 
 // setAsideVersion sets aside e's pending version v after a permanent
 // upload failure: its data is linked into setaside/ (the entry keeps
-// its staged copy) and its record leaves the journal. Needs e.mu.
+// its staged copy) and its record leaves the journal. Runs in an exclusive
+// operation on e, without s.mu.
 func (s *Store) setAsideVersion(e *entry, v *version, why error) {
 	r := s.recordOf(e, v)
 	dir := s.asideDir()
@@ -82,6 +95,7 @@ func (s *Store) setAsideVersion(e *entry, v *version, why error) {
 	if err := s.putAsideRecord(r); err != nil {
 		s.log.Warn("writeback: cannot keep a set-aside record", "key", r.Key, "err", err)
 	}
+	s.crash(crashSetAside)
 	if err := s.jr.remove(r.ID); err != nil {
 		s.log.Error("writeback: cannot remove a journal record that cannot be honoured", "key", r.Key, "err", err)
 	}

@@ -20,11 +20,11 @@ type blob struct {
 	name string
 	path string
 	f    *os.File // read-write; used with ReadAt/WriteAt only (no seeks)
-	// size is the logical size. Written holding s.mu (writers also hold
-	// e.mu shared); stable while e.mu is held exclusively.
+	// size is the logical size. GUARDED_BY(Store.mu); stable during an
+	// exclusive operation on the entry (version.go).
 	size   int64
-	sealed bool // GUARDED_BY(s.mu), set holding e.mu exclusively too
-	refs   int  // GUARDED_BY(s.mu): the entry's cur, and each version naming it
+	sealed bool // GUARDED_BY(Store.mu)
+	refs   int  // GUARDED_BY(Store.mu): the entry's cur, and each version naming it
 }
 
 func randomID() string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -55,11 +56,13 @@ type crashSnap struct {
 	allowed        map[string][][]byte
 }
 
-// copyTree copies a directory tree (regular files and directories) and
-// returns the change time each file had when it was copied.
+// copyTree copies a directory tree (regular files, hard links among them,
+// and directories) and returns the change time each file had when it was
+// copied.
 func copyTree(t *testing.T, from, to string) map[string]int64 {
 	t.Helper()
 	ctimes := map[string]int64{}
+	inodes := map[uint64]string{} // inode copied -> its copy
 	err := filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if os.IsNotExist(err) {
@@ -92,6 +95,10 @@ func copyTree(t *testing.T, from, to string) map[string]int64 {
 			return err
 		}
 		ctimes[rel] = st.Ctim.Nano()
+		if first, ok := inodes[st.Ino]; ok {
+			return os.Link(first, dst)
+		}
+		inodes[st.Ino] = dst
 		return os.WriteFile(dst, data, 0o600)
 	})
 	if err != nil {
@@ -158,13 +165,19 @@ func crashScenario(t *testing.T, pt, hold bool, point string) (snaps []crashSnap
 	m := &crashModel{stable: map[string][]byte{}, next: map[string][]byte{}}
 	var snapMu sync.Mutex
 	hook := func(p string) {
+		if hold && p == crashCommitAwaited {
+			// An unlink or rename waits for the held publish: let it
+			// land (after the snapshot, if this is the point) instead of
+			// waiting forever.
+			defer f.release()
+		}
 		if p != point {
 			return
 		}
-		if !hold && (p == crashCommitted || p == crashRecordRemoved) {
-			// Called by an uploader while the scenario goes on: a copy
-			// would not be one instant. With hold, uploads finish while
-			// the scenario waits.
+		if !hold && (p == crashCommitted || p == crashRecordRemoved || p == crashCommitAwaited) {
+			// Called by an uploader, or while one publishes, as the
+			// scenario goes on: a copy would not be one instant. With
+			// hold, uploads finish while the scenario waits.
 			return
 		}
 		snapMu.Lock()
@@ -191,6 +204,7 @@ func crashScenario(t *testing.T, pt, hold bool, point string) (snaps []crashSnap
 	s = openStore(t, f, staging, func(o *Options) { o.crashHook = hook })
 	ctx := context.Background()
 	A, B, C, D, E := randBytes(1, 300<<10), randBytes(2, 200<<10), randBytes(3, 250<<10), randBytes(4, 100<<10), randBytes(5, 70<<10)
+	F, R := randBytes(6, 90<<10), randBytes(7, 40<<10)
 	BX := append([]byte(nil), B...)
 	copy(BX, "XXXXXXXXXX")
 	CD := append([]byte(nil), C...)
@@ -274,11 +288,15 @@ func crashScenario(t *testing.T, pt, hold bool, point string) (snaps []crashSnap
 	must(t, h4.Release())
 	settle()
 
-	// E: closed, then renamed and removed, pending when hold is set.
+	// E: closed, then renamed and removed. With hold its publish is in
+	// flight at the rename, which waits for it (commit-awaited).
 	h5, w5 := open("next", true)
 	write(w5, E)
 	closeAs(h5, "next", E)
 	must(t, h5.Release())
+	if hold {
+		waitCommit(t, f, "next")
+	}
 	m.begin("next", nil)
 	m.begin("final", E)
 	must(t, s.Rename(ctx, "next", "final"))
@@ -286,8 +304,46 @@ func crashScenario(t *testing.T, pt, hold bool, point string) (snaps []crashSnap
 	m.begin("final", nil)
 	must(t, s.Remove(ctx, "final"))
 	m.done()
+
+	// F: closed while no upload can start, renamed and removed while its
+	// version is pending (rekeyed, unjournaled with a record).
+	f.mu.Lock()
+	f.startGate = make(chan struct{})
+	f.mu.Unlock()
+	h6, w6 := open("other", true)
+	write(w6, F)
+	closeAs(h6, "other", F)
+	must(t, h6.Release())
+	m.begin("other", nil)
+	m.begin("moved", F)
+	must(t, s.Rename(ctx, "other", "moved"))
+	m.done()
+	m.begin("moved", nil)
+	must(t, s.Remove(ctx, "moved"))
+	m.done()
+	f.mu.Lock()
+	close(f.startGate)
+	f.startGate = nil
+	f.mu.Unlock()
 	f.release()
 	drain(t, s) // returns once every upload's end is recorded, hooks included
+
+	// R: refused by the store for good, so set aside. Last, with nothing
+	// else in flight, so the uploader's snapshot is one instant. A new
+	// Store (whose store accepts it) may upload it, or find it set aside.
+	f.mu.Lock()
+	f.failKeys = map[string]error{"refused": backends.ErrPermission}
+	f.mu.Unlock()
+	h7, w7 := open("refused", true)
+	write(w7, R)
+	closeAs(h7, "refused", R)
+	must(t, h7.Release())
+	m.begin("refused", nil)
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := s.Drain(dctx, nil); !errors.Is(err, ErrUploadFailed) {
+		t.Fatalf("drain with a refused file: %v, want ErrUploadFailed", err)
+	}
 	snapMu.Lock()
 	defer snapMu.Unlock()
 	return snaps
@@ -384,7 +440,7 @@ func checkRecovery(t *testing.T, sn crashSnap) {
 // uploads finishing at once or held until after the next step.
 func TestCrashAtEveryTransition(t *testing.T) {
 	points := []string{crashStaged, crashSealed, crashPreserveCopied, crashPreserved, crashCommitted,
-		crashRecordRemoved, crashRekeyed, crashUnjournaled}
+		crashRecordRemoved, crashRekeyed, crashUnjournaled, crashCommitAwaited, crashSetAside}
 	seen := map[string]int{}
 	for _, pt := range []bool{false, true} {
 		for _, hold := range []bool{false, true} {

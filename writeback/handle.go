@@ -65,16 +65,16 @@ func (s *Store) Open(ctx context.Context, key string, base *backends.ObjectInfo,
 // one now; a reader of a file only in the backend reads through us).
 func (s *Store) grantPassthrough(ctx context.Context, h *Handle, write bool) error {
 	e := h.e
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	s.mu.Lock()
+	s.beginOpLocked(e, opPassthrough)
+	defer s.endOp(e)
 	ok := e.handles-1 == e.ptHandles && (write || e.cur != nil)
 	s.mu.Unlock()
 	if !ok {
 		return nil
 	}
 	if write {
-		if err := s.prepareWriteLocked(ctx, e); err != nil {
+		if err := s.prepareWrite(ctx, e); err != nil {
 			return err
 		}
 	}
@@ -127,9 +127,13 @@ func (h *Handle) Stat() backends.ObjectInfo {
 // It returns io.EOF only at the end of the file.
 func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	s, e := h.s, h.e
-	e.mu.RLock()
-	defer e.mu.RUnlock()
 	s.mu.Lock()
+	s.beginIOLocked(e)
+	defer func() {
+		s.mu.Lock()
+		s.endIOLocked(e)
+		s.mu.Unlock()
+	}()
 	s.refreshLocked(e)
 	b, key, base := e.cur, e.key, e.base
 	var size int64
@@ -182,32 +186,33 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 	if !h.write {
 		return 0, backends.Wrap("write", h.Key(), backends.ErrPermission, nil)
 	}
+	s.mu.Lock()
 	for {
-		e.mu.RLock()
-		s.mu.Lock()
+		s.beginIOLocked(e)
 		b := e.cur
 		if b != nil && (!b.sealed || (e.ptHandles > 0 && !s.journaledLocked(e, b))) {
 			e.dirty = true
-			s.mu.Unlock()
 			break
 		}
+		// Staged data to copy or fetch first.
+		s.endIOLocked(e)
+		s.beginOpLocked(e, opStage)
 		s.mu.Unlock()
-		e.mu.RUnlock()
-		e.mu.Lock()
-		err := s.prepareWriteLocked(ctx, e)
-		e.mu.Unlock()
+		err := s.prepareWrite(ctx, e)
+		s.mu.Lock()
+		s.endOpLocked(e)
 		if err != nil {
+			s.mu.Unlock()
 			return 0, err
 		}
 	}
-	defer e.mu.RUnlock()
-	s.mu.Lock()
 	s.refreshLocked(e)
 	b := e.cur
 	sequential := off == b.size && e.ptHandles == 0
 	s.mu.Unlock()
 	n, err := b.f.WriteAt(p, off)
 	s.mu.Lock()
+	s.endIOLocked(e)
 	if end := off + int64(n); end > b.size {
 		b.size = end
 	}
@@ -229,8 +234,9 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 	return n, nil
 }
 
-// prepareWriteLocked makes e.cur a writable blob. Needs e.mu exclusively.
-func (s *Store) prepareWriteLocked(ctx context.Context, e *entry) error {
+// prepareWrite makes e.cur a writable blob. Runs in an exclusive
+// operation on e, without s.mu.
+func (s *Store) prepareWrite(ctx context.Context, e *entry) error {
 	s.mu.Lock()
 	cur, key, base, inBackend := e.cur, e.key, e.base, e.inBackend
 	inPlace := cur != nil && (!cur.sealed || e.ptHandles > 0)
@@ -239,7 +245,7 @@ func (s *Store) prepareWriteLocked(ctx context.Context, e *entry) error {
 		// The kernel writes this file directly: it cannot be replaced. A
 		// closed version still waiting for upload in it is moved aside
 		// first, so the journal never names bytes that are about to change.
-		return s.preservePendingLocked(e, false)
+		return s.preservePending(e, false)
 	}
 	var nb *blob
 	var err error
@@ -275,18 +281,18 @@ func (h *Handle) Truncate(ctx context.Context, size int64) error {
 	if !h.write {
 		return backends.Wrap("truncate", h.Key(), backends.ErrPermission, nil)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	s.mu.Lock()
+	s.beginOpLocked(e, opTruncate)
+	defer s.endOp(e)
 	if st := e.stream; st != nil && st.v == nil {
 		st.invalidateLocked()
 	}
-	cur := e.cur
+	cur, key := e.cur, e.key
 	fresh := false
 	if size == 0 && (cur == nil || cur.sealed) && e.ptHandles == 0 {
 		// Emptying a file never needs its old bytes.
 		s.mu.Unlock()
-		nb, err := s.newBlob(e.key)
+		nb, err := s.newBlob(key)
 		if err != nil {
 			return err
 		}
@@ -298,7 +304,7 @@ func (h *Handle) Truncate(ctx context.Context, size int64) error {
 		fresh = true
 	} else {
 		s.mu.Unlock()
-		if err := s.prepareWriteLocked(ctx, e); err != nil {
+		if err := s.prepareWrite(ctx, e); err != nil {
 			return err
 		}
 		s.mu.Lock()
@@ -312,7 +318,7 @@ func (h *Handle) Truncate(ctx context.Context, size int64) error {
 	// a passthrough open's backing file happens inside the writer's close.
 	if !fresh {
 		if err := b.f.Truncate(size); err != nil {
-			return stagingErr("truncate", h.Key(), err)
+			return stagingErr("truncate", key, err)
 		}
 	}
 	s.mu.Lock()
@@ -351,18 +357,16 @@ func (h *Handle) Release() error {
 	s, e := h.s, h.e
 	s.mu.Lock()
 	last := e.key != "" && e.handles == 1
-	s.mu.Unlock()
-	var err error
-	s.mu.Lock()
 	failed := e.closeFailed
 	s.mu.Unlock()
+	var err error
 	if last && (h.write || h.pt) && !failed {
 		// Release without Flush does not happen with FUSE; seal anyway (a
 		// no-op when nothing changed) so written bytes are never dropped.
 		_, err = s.seal(e, false, false)
 	}
-	e.mu.Lock()
 	s.mu.Lock()
+	s.beginOpLocked(e, opRelease)
 	if h.pt {
 		e.ptHandles--
 		if st := e.stream; st != nil && st.pt && st.v == nil && e.ptHandles == 0 {
@@ -374,34 +378,9 @@ func (h *Handle) Release() error {
 		s.discardUnclosedLocked(e)
 	}
 	s.maybeReleaseLocked(e)
+	s.endOpLocked(e)
 	s.mu.Unlock()
-	e.mu.Unlock()
 	return err
-}
-
-// discardUnclosedLocked drops bytes written since the last seal when the
-// file's last close failed (a full staging disk) and nobody has it open:
-// they were never closed, so they are never published, and a full disk
-// needs the space. The file reads as its last closed version again (in
-// both I/O modes). Needs e.mu exclusively and s.mu.
-func (s *Store) discardUnclosedLocked(e *entry) {
-	e.closeFailed = false
-	cur := e.cur
-	if cur == nil || (e.pend != nil && e.pend.blob == cur) {
-		return // nothing staged, or written in place over a sealed version
-	}
-	if st := e.stream; st != nil && st.v == nil {
-		st.invalidateLocked()
-	}
-	s.log.Warn("writeback: dropping the bytes of a file whose close failed", "key", e.key)
-	e.cur = nil
-	e.dirty = false
-	if v := e.pend; v != nil {
-		v.blob.refs++
-		e.cur = v.blob
-		e.lastSeal = blobStat{size: v.size, ctime: v.ctime}
-	}
-	s.unrefLocked(cur)
 }
 
 // seal makes the entry's current bytes a journaled version and queues its
@@ -410,23 +389,24 @@ func (s *Store) discardUnclosedLocked(e *entry) {
 // seals a copy when the kernel may go on writing the live blob in place
 // (fsync on a passthrough handle). It returns the generation to wait for.
 func (s *Store) seal(e *entry, syncLocal, snapshot bool) (uint64, error) {
+	s.beginOp(e, opSeal)
 	gen, err := s.sealOnce(e, syncLocal, snapshot)
 	s.mu.Lock()
 	e.closeFailed = err != nil
+	s.endOpLocked(e)
 	s.mu.Unlock()
 	return gen, err
 }
 
+// sealOnce is seal's work. Runs in e's opSeal, without s.mu.
 func (s *Store) sealOnce(e *entry, syncLocal, snapshot bool) (uint64, error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	s.mu.Lock()
 	if e.key == "" || e.cur == nil {
 		g := e.gen
 		s.mu.Unlock()
 		return g, nil
 	}
-	b, key, dirty, last, mtime := e.cur, e.key, e.dirty, e.lastSeal, e.mtime
+	b, key, dirty, last, mtime, gen := e.cur, e.key, e.dirty, e.lastSeal, e.mtime, e.gen
 	snapshot = snapshot && e.ptHandles > 0
 	s.mu.Unlock()
 	st, err := b.stat()
@@ -445,20 +425,20 @@ func (s *Store) sealOnce(e *entry, syncLocal, snapshot bool) (uint64, error) {
 		if snapshot {
 			// Sealed by a close, in place: move it out of the way of
 			// the writes that follow this fsync.
-			if err := s.preservePendingLocked(e, syncLocal); err != nil {
+			if err := s.preservePending(e, syncLocal); err != nil {
 				return 0, err
 			}
 		}
 		s.mu.Lock()
-		pend := e.pend
+		pend, gen := e.pend, e.gen
 		s.mu.Unlock()
 		if syncLocal && pend != nil {
 			if err := pend.blob.f.Sync(); err != nil {
 				return 0, stagingErr("close", key, err)
 			}
-			return e.gen, s.jr.put(s.recordOf(e, pend), true)
+			return gen, s.jr.put(s.recordOf(e, pend), true)
 		}
-		return e.gen, nil
+		return gen, nil
 	}
 	if st != last && !dirty {
 		mtime = time.Now() // written by the kernel directly (passthrough)
@@ -482,7 +462,7 @@ func (s *Store) sealOnce(e *entry, syncLocal, snapshot bool) (uint64, error) {
 		vb.refs-- // newBlob's reference becomes the version's below
 		st.ctime = vst.ctime
 	}
-	v := &version{gen: e.gen + 1, blob: vb, size: st.size, ctime: st.ctime, seq: time.Now().UnixNano(), mtime: mtime}
+	v := &version{gen: gen + 1, blob: vb, size: st.size, ctime: st.ctime, seq: time.Now().UnixNano(), mtime: mtime}
 	if err := s.jr.put(record{ID: e.id, Key: key, Blob: vb.name, Size: v.size, Seq: v.seq,
 		ModTime: v.mtime.UnixNano(), CTime: v.ctime}, syncLocal); err != nil {
 		if vb != b {
@@ -522,12 +502,12 @@ func (s *Store) sealOnce(e *entry, syncLocal, snapshot bool) (uint64, error) {
 	return v.gen, nil
 }
 
-// recordOf is the journal record of e's version v. Needs e.mu.
+// recordOf is the journal record of e's version v. Runs in an exclusive
+// operation on e (which keeps its key), without s.mu.
 func (s *Store) recordOf(e *entry, v *version) record {
 	s.mu.Lock()
-	key := e.key
-	s.mu.Unlock()
-	return record{ID: e.id, Key: key, Blob: v.blob.name, Size: v.size, Seq: v.seq,
+	defer s.mu.Unlock()
+	return record{ID: e.id, Key: e.key, Blob: v.blob.name, Size: v.size, Seq: v.seq,
 		ModTime: v.mtime.UnixNano(), CTime: v.ctime}
 }
 

@@ -42,12 +42,20 @@ type faulty struct {
 	backends.Backend
 
 	mu          sync.Mutex
-	failCommits int   // GUARDED_BY(mu): the next N commits fail (transient)
-	failAll     error // GUARDED_BY(mu): every Write fails with it
-	failAfter   int64 // GUARDED_BY(mu): >0: a write stream breaks after this many bytes, once
+	failCommits int              // GUARDED_BY(mu): the next N commits fail (transient)
+	failAll     error            // GUARDED_BY(mu): every Write fails with it
+	failKeys    map[string]error // GUARDED_BY(mu): Writes of these keys fail so
+	failAfter   int64            // GUARDED_BY(mu): >0: a write stream breaks after this many bytes, once
 	gate        chan struct{}
 	gateKeys    map[string]bool // GUARDED_BY(mu): keys the gate holds (nil: all)
 	startGate   chan struct{}   // GUARDED_BY(mu): if set, Write blocks until it is closed
+
+	// lateCommits: a held Commit whose client gives up (context
+	// cancelled) still lands once the gate opens, as a store finishes a
+	// request its client disconnected from. GUARDED_BY(mu)
+	lateCommits bool
+	late        sync.WaitGroup // such commits still to land
+	inCommit    chan string    // receives the key of each Commit begun (if room)
 
 	started chan string // receives the key of each Write begun (if room)
 	writes  atomic.Int32
@@ -56,7 +64,7 @@ type faulty struct {
 }
 
 func newFaulty(b backends.Backend) *faulty {
-	return &faulty{Backend: b, started: make(chan string, 1000)}
+	return &faulty{Backend: b, started: make(chan string, 1000), inCommit: make(chan string, 1000)}
 }
 
 // hold makes every Commit (of keys, if given) block until release.
@@ -95,6 +103,9 @@ func (f *faulty) Write(ctx context.Context, key string, opt backends.WriteOption
 	}
 	f.mu.Lock()
 	err, start := f.failAll, f.startGate
+	if kerr := f.failKeys[key]; kerr != nil {
+		err = kerr
+	}
 	f.mu.Unlock()
 	if start != nil {
 		select {
@@ -118,6 +129,16 @@ type faultyWriter struct {
 	f   *faulty
 	key string
 	n   int64
+	// sent: a late Commit is on its way; an Abort cannot undo it (the
+	// store received the whole request).
+	sent atomic.Bool
+}
+
+func (w *faultyWriter) Abort(ctx context.Context) error {
+	if w.sent.Load() {
+		return nil
+	}
+	return w.Writer.Abort(ctx)
 }
 
 func (w *faultyWriter) Write(p []byte) (int, error) {
@@ -143,11 +164,26 @@ func (w *faultyWriter) Commit(ctx context.Context) (backends.ObjectInfo, error) 
 	if fail {
 		w.f.failCommits--
 	}
+	late := w.f.lateCommits
 	w.f.mu.Unlock()
+	select {
+	case w.f.inCommit <- w.key:
+	default:
+	}
 	if gate != nil {
 		select {
 		case <-gate:
 		case <-ctx.Done():
+			if late {
+				w.sent.Store(true)
+				w.f.late.Add(1)
+				go func() {
+					defer w.f.late.Done()
+					<-gate
+					w.Writer.Commit(context.Background())
+				}()
+				return backends.ObjectInfo{}, ctx.Err()
+			}
 			w.Writer.Abort(context.Background())
 			return backends.ObjectInfo{}, ctx.Err()
 		}
@@ -179,6 +215,27 @@ func openStore(t *testing.T, b backends.Backend, staging string, tweak func(*Opt
 		Registry: prometheus.NewRegistry(), Log: slog.Default()}
 	if tweak != nil {
 		tweak(&opt)
+	}
+	// An unlink or rename waits for a publish in flight (it cannot be
+	// recalled): a Commit the test holds is then answered, as a store
+	// would, after the test's own hook has seen the point.
+	var f *faulty
+	switch fb := b.(type) {
+	case *faulty:
+		f = fb
+	case renamer:
+		f = fb.faulty
+	}
+	if f != nil {
+		hook := opt.crashHook
+		opt.crashHook = func(p string) {
+			if hook != nil {
+				hook(p)
+			}
+			if p == crashCommitAwaited {
+				f.release()
+			}
+		}
 	}
 	s, err := Open(context.Background(), b, opt)
 	if err != nil {
@@ -254,6 +311,22 @@ func stagingFiles(t *testing.T, s *Store) (blobs, records int) {
 	b, _ := os.ReadDir(s.blobDir)
 	r, _ := os.ReadDir(s.jr.dir)
 	return len(b), len(r)
+}
+
+// waitCommit waits until a Commit of key has begun.
+func waitCommit(t *testing.T, f *faulty, key string) {
+	t.Helper()
+	timeout := time.After(2 * time.Minute)
+	for {
+		select {
+		case k := <-f.inCommit:
+			if k == key {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("the upload of %q never reached its commit", key)
+		}
+	}
 }
 
 func waitStarted(t *testing.T, f *faulty, key string) {

@@ -42,7 +42,10 @@ func TestCrashDuringMultipartAbortsIt(t *testing.T) {
 	f.hold()
 	data := randBytes(8, 1<<20)
 	writeFile(t, s1, "big.pt", data)
-	waitStarted(t, f, "big.pt")
+	// Every part sent, the commit held: s1 sends nothing more while s2
+	// aborts the upload (a part failing on the aborted upload would make
+	// s1 retry with a new upload, left open at the end).
+	waitCommit(t, f, "big.pt")
 	var recs []string
 	for deadline := time.Now().Add(30 * time.Second); len(recs) == 0; time.Sleep(5 * time.Millisecond) {
 		recs, _ = filepath.Glob(filepath.Join(s1.uploadsDir(), "*.json"))

@@ -17,7 +17,10 @@ import (
 // after the change.
 
 // quiesce stops e's upload or stream and keeps new ones from starting until
-// resume. Needs s.nsMu, and not e.mu.
+// resume. An upload already publishing (committing) is waited for, never
+// cancelled: a store may finish a request its client gave up on, and the
+// object would land after the unlink or rename that follows. Needs
+// s.nsMu, and no operation on e.
 func (s *Store) quiesce(e *entry) {
 	if e == nil {
 		return
@@ -25,12 +28,23 @@ func (s *Store) quiesce(e *entry) {
 	s.mu.Lock()
 	e.paused++
 	up, st := e.up, e.stream
+	publishing := false
+	if up != nil {
+		if up.committing {
+			publishing = true
+		} else {
+			up.cancel() // under s.mu: put checks before it commits
+		}
+	}
 	if st != nil {
+		publishing = publishing || st.committing
 		st.invalidateLocked()
 	}
 	s.mu.Unlock()
+	if publishing {
+		s.crash(crashCommitAwaited)
+	}
 	if up != nil {
-		up.cancel()
 		<-up.done
 	}
 	if st != nil {
@@ -95,16 +109,17 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 
 // rejournal puts back the record unjournal removed, after a failed delete.
 func (s *Store) rejournal(e *entry) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	s.beginOp(e, opNamespace)
+	defer s.endOp(e)
 	s.mu.Lock()
 	pend := e.pend
 	s.mu.Unlock()
 	if pend == nil {
 		return
 	}
-	if err := s.jr.put(s.recordOf(e, pend), false); err != nil {
-		s.log.Error("writeback: cannot restore a journal record after a failed unlink; the file is uploaded, but not after a crash", "key", e.key, "err", err)
+	r := s.recordOf(e, pend)
+	if err := s.jr.put(r, false); err != nil {
+		s.log.Error("writeback: cannot restore a journal record after a failed unlink; the file is uploaded, but not after a crash", "key", r.Key, "err", err)
 	}
 }
 
@@ -112,24 +127,24 @@ func (s *Store) rejournal(e *entry) {
 // memory (a failed delete leaves the file staged, uploaded at its next
 // close or by the queue). Needs s.nsMu, e quiesced.
 func (s *Store) unjournal(e *entry) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	s.beginOp(e, opNamespace)
+	defer s.endOp(e)
 	s.mu.Lock()
-	pend := e.pend
+	pend, key := e.pend, e.key
 	s.mu.Unlock()
 	if pend == nil {
 		return nil
 	}
 	if err := s.jr.remove(e.id); err != nil {
-		return stagingErr("remove", e.key, err)
+		return stagingErr("remove", key, err)
 	}
 	return nil
 }
 
 // detach forgets e's key and pending upload. Needs s.nsMu, e quiesced.
 func (s *Store) detach(e *entry) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	s.beginOp(e, opNamespace)
+	defer s.endOp(e)
 	s.mu.Lock()
 	if s.entries[e.key] == e {
 		delete(s.entries, e.key)
@@ -150,13 +165,15 @@ func (s *Store) detach(e *entry) {
 // rekey moves e to key to, rewriting its journal record first if it has a
 // pending version. Needs s.nsMu, e quiesced.
 func (s *Store) rekey(e *entry, to string) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	s.beginOp(e, opNamespace)
+	defer s.endOp(e)
 	s.mu.Lock()
 	v := e.pend
-	s.mu.Unlock()
 	if v != nil {
 		v.seq = time.Now().UnixNano() // newer than any record it replaces
+	}
+	s.mu.Unlock()
+	if v != nil {
 		r := s.recordOf(e, v)
 		r.Key = to
 		if err := s.jr.put(r, false); err != nil {
@@ -218,13 +235,11 @@ func (s *Store) Rename(ctx context.Context, from, to string) error {
 		if err := s.rekey(src, to); err != nil {
 			return err
 		}
-		src.mu.Lock()
 		s.mu.Lock()
 		if src.pend == nil {
 			src.dirty = true // uploaded under the new name at its next close
 		}
 		s.mu.Unlock()
-		src.mu.Unlock()
 		if err := s.b.Delete(ctx, from); err != nil && !errors.Is(err, backends.ErrNotExist) {
 			s.log.Warn("writeback: rename left the old name in the backend", "from", from, "to", to, "err", err)
 		}

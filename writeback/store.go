@@ -30,11 +30,6 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 )
 
-// Lock order: s.nsMu, then e.mu (several entries only under nsMu), then
-// s.mu. Entry fields marked (e.mu+s.mu) are written holding both and may be
-// read holding either. No lock is held across a backend call except e.mu
-// and s.nsMu.
-
 // Store stages, journals and uploads the files of one backend.
 type Store struct {
 	b       backends.Backend
@@ -75,60 +70,6 @@ type Store struct {
 type progressCounters struct {
 	files int64
 	bytes int64
-}
-
-// entry is the state of one file the Store has touched.
-type entry struct {
-	id string // journal record name
-	// mu orders data changes: writes and reads hold it shared; seal,
-	// copy-on-write, truncate, rename and removal hold it exclusively.
-	mu sync.RWMutex
-
-	key       string              // (e.mu+s.mu) "" once removed
-	base      backends.ObjectInfo // GUARDED_BY(s.mu): what the backend holds, when inBackend
-	inBackend bool                // GUARDED_BY(s.mu): something may exist under key in the backend
-	cur       *blob               // (e.mu+s.mu) live staged data; nil when not staged
-	dirty     bool                // (e.mu+s.mu) cur changed since the last seal
-	mtime     time.Time           // GUARDED_BY(s.mu)
-	handles   int                 // GUARDED_BY(s.mu)
-	gen       uint64              // (e.mu+s.mu) generation of the latest seal
-	pend      *version            // (e.mu+s.mu) latest sealed version not yet durable
-	durable   uint64              // GUARDED_BY(s.mu) latest generation durable in the backend
-	up        *upload             // GUARDED_BY(s.mu) upload in flight
-	queued    bool                // GUARDED_BY(s.mu)
-	paused    int                 // GUARDED_BY(s.mu) namespace changes in progress
-	attempts  int                 // GUARDED_BY(s.mu) failed attempts of pend
-	failed    error               // GUARDED_BY(s.mu) pend could not be uploaded
-	stream    *streamer           // (e.mu+s.mu) upload started before close
-	// ptHandles counts open handles whose I/O the kernel sends straight
-	// to cur (FUSE passthrough). While it is non-zero, cur is never
-	// replaced (the kernel holds its fd) and is written in place even
-	// when sealed; uploads then check, before publishing, that the blob
-	// did not change since its seal (see blobStat).
-	ptHandles int // (e.mu+s.mu)
-	// closeFailed: the last seal failed (full staging disk); the last
-	// release then drops the unsealed bytes instead of sealing them.
-	closeFailed bool     // GUARDED_BY(s.mu)
-	lastSeal    blobStat // (e.mu+s.mu) cur's state at the last seal or staging
-}
-
-// version is one sealed state of an entry: what a close saw.
-type version struct {
-	gen   uint64
-	blob  *blob
-	size  int64
-	ctime int64 // the blob's change time at seal (see blobStat)
-	seq   int64
-	mtime time.Time
-}
-
-// upload is an upload in flight.
-type upload struct {
-	v      *version
-	key    string
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
 // ErrUploadFailed is returned by Drain (wrapped, naming the files) when
@@ -220,7 +161,7 @@ func (s *Store) recover() error {
 				err = serr
 			} else if st.size != r.Size {
 				err = fmt.Errorf("staged data is %d bytes, the journal says %d (lost in a machine crash?)", st.size, r.Size)
-			} else if r.CTime != 0 && st.ctime != r.CTime {
+			} else if r.CTime != 0 && st.ctime != r.CTime && !s.linkedAside(bl) {
 				err = fmt.Errorf("staged data changed after its close (written through a descriptor still open)")
 			}
 			if err != nil {
@@ -236,7 +177,8 @@ func (s *Store) recover() error {
 		bl.sealed = true
 		bl.refs = 2 // cur and pend
 		mt := time.Unix(0, r.ModTime)
-		e := &entry{id: r.ID, key: r.Key, cur: bl, gen: 1, mtime: mt, inBackend: true}
+		e := s.newEntryLocked(r.ID, r.Key)
+		e.cur, e.gen, e.mtime, e.inBackend = bl, 1, mt, true
 		s.setPendLocked(e, &version{gen: 1, blob: bl, size: r.Size, ctime: r.CTime, seq: r.Seq, mtime: mt})
 		e.lastSeal = blobStat{size: r.Size, ctime: r.CTime}
 		s.entries[r.Key] = e
@@ -379,82 +321,6 @@ func indexByte(s string, c byte) int {
 		}
 	}
 	return -1
-}
-
-// entryLocked returns the entry of key, creating it from base (what the
-// backend holds; nil when nothing is there).
-func (s *Store) entryLocked(key string, base *backends.ObjectInfo) *entry {
-	e := s.entries[key]
-	if e == nil {
-		e = &entry{id: randomID(), key: key, mtime: time.Now()}
-		if base != nil {
-			e.base, e.inBackend, e.mtime = *base, true, base.ModTime
-		}
-		s.entries[key] = e
-	}
-	return e
-}
-
-// unrefLocked drops one reference to b, deleting its file at zero.
-func (s *Store) unrefLocked(b *blob) {
-	b.refs--
-	if b.refs == 0 {
-		b.discard()
-	}
-}
-
-// dropVersionLocked releases v's blob once neither pend nor an upload
-// names it.
-func (s *Store) dropVersionLocked(e *entry, v *version) {
-	if v == nil || e.pend == v || (e.up != nil && e.up.v == v) || (e.stream != nil && e.stream.v == v) {
-		return
-	}
-	s.unrefLocked(v.blob)
-}
-
-// maybeReleaseLocked frees the staged data of an entry nobody has open
-// once it is durable (or the entry was removed). Needs e.mu exclusively.
-func (s *Store) maybeReleaseLocked(e *entry) {
-	if e.handles > 0 || e.cur == nil {
-		return
-	}
-	if e.key != "" && (e.dirty || e.pend != nil) {
-		return
-	}
-	if e.key == "" && e.pend != nil {
-		old := e.pend
-		s.setPendLocked(e, nil)
-		s.dropVersionLocked(e, old)
-	}
-	s.unrefLocked(e.cur)
-	e.cur = nil
-	e.dirty = false
-}
-
-// setPendLocked replaces e.pend, keeping the pending counters; the caller
-// releases the old version with dropVersionLocked.
-func (s *Store) setPendLocked(e *entry, v *version) {
-	if e.pend != nil {
-		s.pending.files--
-		s.pending.bytes -= e.pend.size
-	}
-	e.pend = v
-	if v != nil {
-		s.pending.files++
-		s.pending.bytes += v.size
-	}
-	s.m.queueDepth.Set(float64(s.pending.files))
-	s.m.stagedBytes.Set(float64(s.pending.bytes))
-}
-
-// refreshLocked updates cur's size from the file when the kernel may have
-// written it directly (passthrough).
-func (s *Store) refreshLocked(e *entry) {
-	if e.ptHandles > 0 && e.cur != nil {
-		if st, err := e.cur.stat(); err == nil {
-			e.cur.size = st.size
-		}
-	}
 }
 
 // StagingDir returns the staging directory (where free space matters).

@@ -41,6 +41,9 @@ type streamer struct {
 	started   bool     // GUARDED_BY(s.mu): an upload is open (threshold reached)
 	sentBytes int64    // GUARDED_BY(s.mu): bytes handed to the upload
 	v         *version // GUARDED_BY(s.mu): the sealed version to commit
+	// committing: Commit is being sent; quiesce waits for it (see
+	// upload.committing). GUARDED_BY(s.mu)
+	committing bool
 }
 
 // errStreamChanged: bytes already streamed were rewritten before close.
@@ -49,8 +52,8 @@ var errStreamChanged = errors.New("streamed bytes were rewritten before close")
 // pollInterval is how often a passthrough stream looks for new bytes.
 const pollInterval = 10 * time.Millisecond
 
-// maybeStreamLocked starts streaming e's current blob. Needs s.mu, and
-// e.mu (shared is enough).
+// maybeStreamLocked starts streaming e's current blob. Needs s.mu, with e
+// in io or an exclusive operation (so cur is stable).
 func (s *Store) maybeStreamLocked(e *entry, pt bool) {
 	if s.closed || s.opt.StreamThreshold <= 0 || e.stream != nil || e.cur == nil || e.key == "" {
 		return
@@ -58,9 +61,7 @@ func (s *Store) maybeStreamLocked(e *entry, pt bool) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	st := &streamer{s: s, e: e, key: e.key, b: e.cur, pt: pt, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), wake: make(chan struct{}, 1), valid: true}
-	// e.stream is (e.mu+s.mu), but a passthrough write stream is started by
-	// a write holding e.mu only shared; it is only ever cleared by the
-	// streamer itself, holding e.mu exclusively.
+	// Cleared only by the streamer itself, in complete or opStreamEnd.
 	e.stream = st
 	st.b.refs++ // the streamer reads the blob until it ends
 	go st.run()
@@ -119,12 +120,12 @@ func (st *streamer) run() {
 	st.cancel()
 	if v == nil {
 		// Never sealed while valid: the ordinary path uploads after close.
-		st.e.mu.Lock()
 		s.mu.Lock()
+		s.beginOpLocked(st.e, opStreamEnd)
 		st.e.stream = nil
 		s.enqueueLocked(st.e)
+		s.endOpLocked(st.e)
 		s.mu.Unlock()
-		st.e.mu.Unlock()
 		return
 	}
 	if err != nil {
@@ -228,7 +229,15 @@ func (st *streamer) send() (backends.ObjectInfo, error) {
 			if err := checkUnchanged(st.key, v); err != nil {
 				return abort(err)
 			}
-			info, err := w.Commit(st.ctx)
+			s.mu.Lock()
+			st.committing = st.valid && st.ctx.Err() == nil
+			commit := st.committing
+			s.mu.Unlock()
+			if !commit {
+				return abort(context.Canceled)
+			}
+			// Not cancelled by an invalidation from here (see put).
+			info, err := w.Commit(s.ctx)
 			if err != nil {
 				return abort(err)
 			}

@@ -54,7 +54,12 @@ func (s *Store) worker() {
 		e.up = up
 		s.mu.Unlock()
 
-		info, err := s.put(ctx, key, v)
+		info, err := s.put(ctx, key, v, func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			up.committing = ctx.Err() == nil
+			return up.committing
+		})
 		canceled := ctx.Err() != nil
 		cancel()
 		s.complete(e, v, key, info, err, canceled, func() { e.up = nil })
@@ -62,8 +67,10 @@ func (s *Store) worker() {
 	}
 }
 
-// put uploads version v under key and publishes it with Commit.
-func (s *Store) put(ctx context.Context, key string, v *version) (backends.ObjectInfo, error) {
+// put uploads version v under key and publishes it with Commit, once
+// commit (called just before) agrees: it reports false when the upload was
+// cancelled meanwhile.
+func (s *Store) put(ctx context.Context, key string, v *version, commit func() bool) (backends.ObjectInfo, error) {
 	onUpload, forget := s.trackUploads(key)
 	w, err := s.b.Write(ctx, key, backends.WriteOptions{SizeHint: v.size, OnUpload: onUpload})
 	if err != nil {
@@ -100,7 +107,14 @@ func (s *Store) put(ctx context.Context, key string, v *version) (backends.Objec
 		abort()
 		return backends.ObjectInfo{}, err
 	}
-	info, err := w.Commit(ctx)
+	if !commit() {
+		abort()
+		return backends.ObjectInfo{}, ctx.Err()
+	}
+	// From here only closing the Store cancels: a cancelled request may
+	// still be finished by the store after its client gave up, so an
+	// unlink or rename waits for this publish instead (see quiesce).
+	info, err := w.Commit(s.ctx)
 	if err != nil {
 		abort()
 		return backends.ObjectInfo{}, err
@@ -136,9 +150,8 @@ func checkUnchanged(key string, v *version) error {
 // means v was published, even if canceled is set (it was cancelled too
 // late); canceled with an error means nobody should retry it here.
 func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectInfo, err error, canceled bool, clear func()) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	s.mu.Lock()
+	s.beginOpLocked(e, opComplete)
 	// Drain waits for this to end, not only for the count below: after
 	// a drain the journal and staging hold nothing of what it reported.
 	s.completing++
@@ -204,6 +217,7 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	if e.pend != v {
 		s.enqueueLocked(e)
 	}
+	why := e.failed
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	if removeRecord {
@@ -215,7 +229,7 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	}
 	if aside {
 		// Retrying cannot help, now or at the next start.
-		s.setAsideVersion(e, v, e.failed)
+		s.setAsideVersion(e, v, why)
 		s.mu.Lock()
 		if e.pend == v {
 			s.setPendLocked(e, nil)
@@ -225,13 +239,12 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	}
 	s.mu.Lock()
 	s.maybeReleaseLocked(e)
+	s.endOpLocked(e)
 	s.mu.Unlock()
 	if reseal {
-		e.mu.Unlock()
 		if _, err := s.seal(e, false, false); err != nil {
 			s.log.Error("writeback: cannot seal a file changed after close", "key", key, "err", err)
 		}
-		e.mu.Lock() // for the deferred Unlock
 	}
 }
 
