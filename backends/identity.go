@@ -44,9 +44,10 @@ type DataIdentifier interface {
 	DataID() string
 }
 
-// DataIdentity names the data b serves, independent of its endpoint.
+// DataIdentity names the data b serves, independent of its endpoint. A
+// decorator (metrics, limits) is looked through (As).
 func DataIdentity(b Backend) string {
-	if d, ok := b.(DataIdentifier); ok {
+	if d, ok := As[DataIdentifier](b); ok {
 		return d.DataID()
 	}
 	return IdentityOfID(b.ID())

@@ -78,3 +78,21 @@ func TestSameStore(t *testing.T) {
 		}
 	}
 }
+
+type identifiedBackend struct{ Backend }
+
+func (identifiedBackend) ID() string     { return "hdfs://nn1:8020/out/" }
+func (identifiedBackend) DataID() string { return "hdfs://nn1,nn2,openpai/out/" }
+
+type decorator struct{ Backend }
+
+func (d decorator) Unwrap() Backend { return d.Backend }
+
+// TestDataIdentityThroughDecorator: a decorator (the node daemon counts
+// every call through one) does not hide the backend's own identity.
+func TestDataIdentityThroughDecorator(t *testing.T) {
+	b := identifiedBackend{}
+	if got := DataIdentity(decorator{b}); got != b.DataID() {
+		t.Errorf("DataIdentity through a decorator = %q, want %q", got, b.DataID())
+	}
+}
