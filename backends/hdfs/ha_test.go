@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,11 +156,16 @@ func TestHAFirstNamenodeFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := emulator(t, hdfsemu.Options{Root: root, BlockSize: 64 << 10})
+	var silentAccepted *atomic.Int32
 	for _, tc := range []struct {
 		name  string
 		first func(*testing.T) string
 	}{
-		{"silent", silentListener},
+		{"silent", func(t *testing.T) string {
+			addr, n := countingSilentListener(t)
+			silentAccepted = n
+			return addr
+		}},
 		{"closed", closedPort},
 		{"standby", standbyNamenode},
 	} {
@@ -204,6 +210,17 @@ func TestHAFirstNamenodeFails(t *testing.T) {
 			}
 			if _, err := w.Commit(t.Context()); err != nil {
 				t.Fatal(err)
+			}
+			if tc.name == "silent" {
+				// New clients go to the NameNode that answered: the silent
+				// one was tried by the first client only. (Its accept loop
+				// may lag behind the kernel's: wait for the first accept.)
+				for deadline := time.Now().Add(time.Minute); silentAccepted.Load() == 0 && time.Now().Before(deadline); {
+					time.Sleep(10 * time.Millisecond)
+				}
+				if n := silentAccepted.Load(); n != 1 {
+					t.Errorf("the silent NameNode was tried %d times, want once", n)
+				}
 			}
 			if got, err := os.ReadFile(filepath.Join(root, key)); err != nil || string(got) != "written past a "+tc.name+" namenode" {
 				t.Fatalf("written file: %q, %v", got, err)
