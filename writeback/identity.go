@@ -5,10 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,49 +16,21 @@ import (
 
 // A channel's staging sub-directory is named after what names its data,
 // not how it is reached: restarting after a crash with another endpoint
-// (an internal instead of a public OSS endpoint, a namenode on a new port)
-// must find the pending uploads. The identity is the store kind, the
-// bucket or HDFS cluster, and the prefix.
+// (an internal instead of a public OSS endpoint, an HDFS nameservice
+// instead of one of its NameNodes) must find the pending uploads. What
+// counts as the same store is backends' business (backends.DataIdentity,
+// backends.SameStore); a sub-directory of the same store under another key
+// is adopted at start (adoptLegacy).
 
 // DataIdentifier is implemented by backends that know a better name for
-// their data than the address in their ID (for example an HDFS cluster's
-// nameservice). Optional: without it the identity is derived from ID.
-type DataIdentifier interface {
-	DataID() string
-}
+// their data than the address in their ID.
+type DataIdentifier = backends.DataIdentifier
 
 // dataIdentity names the data b serves, independent of its endpoint.
-func dataIdentity(b backends.Backend) string {
-	if d, ok := b.(DataIdentifier); ok {
-		return d.DataID()
-	}
-	return identityOfID(b.ID())
-}
+func dataIdentity(b backends.Backend) string { return backends.DataIdentity(b) }
 
-// identityOfID derives a data identity from a backend ID (a channel URI):
-// the OSS endpoint is dropped; HDFS namenode addresses lose their ports
-// and order. IDs that are not URIs are their own identity.
-func identityOfID(id string) string {
-	u, err := backends.ParseURI(id)
-	if err != nil {
-		return id
-	}
-	switch u.Scheme {
-	case backends.SchemeOSS:
-		u.Endpoint = ""
-	case backends.SchemeHDFS:
-		hosts := make([]string, 0, len(u.Hosts))
-		for _, h := range u.Hosts {
-			if host, _, err := net.SplitHostPort(h); err == nil {
-				h = host
-			}
-			hosts = append(hosts, strings.ToLower(h))
-		}
-		sort.Strings(hosts)
-		u.Hosts = hosts
-	}
-	return u.String()
-}
+// identityOfID derives a data identity from a backend ID (a channel URI).
+func identityOfID(id string) string { return backends.IdentityOfID(id) }
 
 // stagingKey names a backend's sub-directory of the staging dir.
 func stagingKey(b backends.Backend) string { return keyOf(dataIdentity(b)) }
@@ -130,7 +100,7 @@ func (s *Store) adoptLegacy(identity string) {
 		if id == "" {
 			id = identityOfID(readLine(filepath.Join(dir, backendFile)))
 		}
-		if id != identity {
+		if !backends.SameStore(id, identity) {
 			s.log.Warn("writeback: the staging dir holds closed files of another output channel, not uploaded; mount that channel to upload them",
 				"channel", orUnknown(readLine(filepath.Join(dir, backendFile))), "files", len(recs), "dir", dir)
 			continue

@@ -39,10 +39,11 @@ func (w *syncBuf) String() string {
 	return w.b.String()
 }
 
+// TestIdentityIgnoresEndpoint: the staging identity of a channel is that
+// of its store (the full table is backends' TestSameStore).
 func TestIdentityIgnoresEndpoint(t *testing.T) {
 	for _, tc := range [][2]string{
 		{"oss://bkt.oss-cn-hangzhou-internal.aliyuncs.com/out/", "oss://bkt.oss-cn-hangzhou.aliyuncs.com/out/"},
-		{"oss://bkt.127.0.0.1:9000/out/", "oss://bkt/out/"},
 		{"hdfs://nn1:8020,nn2:8020/out/", "hdfs://nn2:9000,nn1:9000/out/"},
 	} {
 		if a, b := identityOfID(tc[0]), identityOfID(tc[1]); a != b {
@@ -52,17 +53,20 @@ func TestIdentityIgnoresEndpoint(t *testing.T) {
 	for _, tc := range [][2]string{
 		{"oss://bkt/out/", "oss://bkt/other/"},
 		{"oss://bkt/out/", "oss://bkt2/out/"},
+		{"oss://bkt.127.0.0.1:9000/out/", "oss://bkt.oss-cn-hangzhou.aliyuncs.com/out/"},
 		{"hdfs://nn1:8020/out/", "hdfs://nn3:8020/out/"},
 	} {
-		if a, b := identityOfID(tc[0]), identityOfID(tc[1]); a == b {
-			t.Errorf("%s and %s share the identity %q", tc[0], tc[1], a)
+		if a, b := identityOfID(tc[0]), identityOfID(tc[1]); backends.SameStore(a, b) {
+			t.Errorf("%s (%q) and %s (%q) count as one store", tc[0], a, tc[1], b)
 		}
 	}
 }
 
 // TestRecoverWithAnotherEndpoint: closed files pending at a crash are
 // uploaded by a restart that reaches the same bucket through another
-// endpoint, also from a staging dir an earlier version keyed by address;
+// endpoint (written through the internal endpoint in the bucket.endpoint
+// form PAI prints, uploaded after a restart with the public one), also
+// from a staging dir an earlier version keyed by address;
 // pending files of another channel are reported, not touched.
 func TestRecoverWithAnotherEndpoint(t *testing.T) {
 	for _, legacy := range []bool{false, true} {
@@ -70,7 +74,7 @@ func TestRecoverWithAnotherEndpoint(t *testing.T) {
 			nb, dir := newNAS(t)
 			f := newFaulty(nb)
 			staging := t.TempDir()
-			s1 := openStore(t, addressed{f, "oss://bkt.internal.example:80/out/"}, staging, nil)
+			s1 := openStore(t, addressed{f, "oss://bkt.oss-cn-hangzhou-internal.aliyuncs.com/out/"}, staging, nil)
 			f.hold()
 			data := randBytes(3, 100<<10)
 			writeFile(t, s1, "ckpt", data)
@@ -78,7 +82,7 @@ func TestRecoverWithAnotherEndpoint(t *testing.T) {
 			f.release()
 			if legacy {
 				// As an earlier version left it: keyed by the address.
-				old := filepath.Join(staging, keyOf("oss://bkt.internal.example:80/out/"))
+				old := filepath.Join(staging, keyOf("oss://bkt.oss-cn-hangzhou-internal.aliyuncs.com/out/"))
 				must(t, os.Rename(s1.dir, old))
 				must(t, os.Remove(filepath.Join(old, identityFile)))
 			}
@@ -92,7 +96,7 @@ func TestRecoverWithAnotherEndpoint(t *testing.T) {
 			otherF.release()
 
 			var logs syncBuf
-			s2 := openStore(t, addressed{nb, "oss://bkt.public.example:443/out/"}, staging, func(o *Options) {
+			s2 := openStore(t, addressed{nb, "oss://bkt.oss-cn-hangzhou.aliyuncs.com/out/"}, staging, func(o *Options) {
 				o.Log = slog.New(slog.NewTextHandler(&logs, nil))
 			})
 			drain(t, s2)
@@ -152,4 +156,81 @@ func TestCorruptRecordNeverWedges(t *testing.T) {
 	s2.Close()
 	s3 := openStore(t, nb, staging, nil)
 	drain(t, s3)
+}
+
+// identified gives a backend an ID and a data identity of its own, as the
+// HDFS backend has (backends.DataIdentifier).
+type identified struct {
+	backends.Backend
+	id, dataID string
+}
+
+func (a identified) ID() string     { return a.id }
+func (a identified) DataID() string { return a.dataID }
+
+// TestRecoverSameStoreOtherName: files pending at a crash under one name of
+// a store are uploaded by a restart under another name of the same store,
+// and only reported when the other name is another store.
+func TestRecoverSameStoreOtherName(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		before, after backends.Backend // with the NAS backend filled in below
+		same          bool
+	}{
+		{"hdfs nameservice, then one of its namenodes",
+			identified{id: "hdfs://openpai/out/", dataID: backends.HDFSIdentity([]string{"openpai", "nn1:8020", "nn2:8020", "10.0.0.1", "10.0.0.2"}, "/out/")},
+			addressed{id: "hdfs://nn2:8020/out/"}, true},
+		{"hdfs namenode by address, then by name",
+			identified{id: "hdfs://10.0.0.1:8020/out/", dataID: backends.HDFSIdentity([]string{"10.0.0.1:8020", "10.0.0.1"}, "/out/")},
+			identified{id: "hdfs://nn1.example:8020/out/", dataID: backends.HDFSIdentity([]string{"nn1.example:8020", "10.0.0.1"}, "/out/")}, true},
+		{"oss dual-stack endpoint, then the internal one",
+			addressed{id: "oss://bkt.cn-hangzhou.oss.aliyuncs.com/out/"},
+			addressed{id: "oss://bkt.oss-cn-hangzhou-internal.aliyuncs.com/out/"}, true},
+		{"oss custom endpoint, then another",
+			addressed{id: "oss://bkt.127.0.0.1:9000/out/"},
+			addressed{id: "oss://bkt.127.0.0.1:9001/out/"}, false},
+		{"hdfs, then another cluster",
+			addressed{id: "hdfs://nn1:8020,nn2:8020/out/"},
+			addressed{id: "hdfs://nn3:8020/out/"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nb, dir := newNAS(t)
+			f := newFaulty(nb)
+			with := func(b backends.Backend, inner backends.Backend) backends.Backend {
+				switch b := b.(type) {
+				case identified:
+					b.Backend = inner
+					return b
+				case addressed:
+					b.Backend = inner
+					return b
+				}
+				t.Fatalf("unexpected backend %T", b)
+				return nil
+			}
+			staging := t.TempDir()
+			s1 := openStore(t, with(tc.before, f), staging, nil)
+			f.hold()
+			data := randBytes(5, 10<<10)
+			writeFile(t, s1, "ckpt", data)
+			s1.Close() // the crash: the upload never finished
+			f.release()
+
+			var logs syncBuf
+			s2 := openStore(t, with(tc.after, nb), staging, func(o *Options) {
+				o.Log = slog.New(slog.NewTextHandler(&logs, nil))
+			})
+			drain(t, s2)
+			if tc.same {
+				wantFile(t, dir, "ckpt", data)
+				return
+			}
+			if _, err := os.Stat(filepath.Join(dir, "ckpt")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a file staged for %s was uploaded by %s (stat: %v)", tc.before.ID(), tc.after.ID(), err)
+			}
+			if !strings.Contains(logs.String(), "another output channel") || !strings.Contains(logs.String(), tc.before.ID()) {
+				t.Errorf("the pending file of %s was not reported; log:\n%s", tc.before.ID(), logs.String())
+			}
+		})
+	}
 }

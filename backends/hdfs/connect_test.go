@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,15 @@ import (
 // that once held `mlfsd mount` silent for 120 s. It returns host:port.
 func silentListener(t *testing.T) string {
 	t.Helper()
+	addr, _ := countingSilentListener(t)
+	return addr
+}
+
+// countingSilentListener is silentListener that also counts the
+// connections it accepted.
+func countingSilentListener(t *testing.T) (string, *atomic.Int32) {
+	t.Helper()
+	var accepted atomic.Int32
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -33,6 +43,7 @@ func silentListener(t *testing.T) string {
 			if err != nil {
 				return
 			}
+			accepted.Add(1)
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
@@ -49,7 +60,7 @@ func silentListener(t *testing.T) string {
 		mu.Unlock()
 		wg.Wait()
 	})
-	return l.Addr().String()
+	return l.Addr().String(), &accepted
 }
 
 // TestFirstContactSilentNamenode: New gives up after ConnectTimeout and

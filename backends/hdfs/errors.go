@@ -70,8 +70,8 @@ func classify(err error) (sentinel error, transient bool) {
 			return s, s == backends.ErrTransient
 		}
 	}
-	var ue *unreachableError
-	if errors.As(err, &ue) {
+	var ne *namenodesError
+	if errors.As(err, &ne) {
 		return backends.ErrTransient, true
 	}
 	switch {
@@ -183,14 +183,15 @@ func explain(err error) error {
 // retries.
 type timeoutConn struct {
 	net.Conn
+	addr     string // as dialled (the configured name), for errors
 	timeout  time.Duration
 	first    time.Duration
 	answered atomic.Bool // a read returned data; first no longer applies
 	r        *bufio.Reader
 }
 
-func newTimeoutConn(c net.Conn, timeout, first time.Duration) *timeoutConn {
-	tc := &timeoutConn{Conn: c, timeout: timeout, first: first}
+func newTimeoutConn(c net.Conn, addr string, timeout, first time.Duration) *timeoutConn {
+	tc := &timeoutConn{Conn: c, addr: addr, timeout: timeout, first: first}
 	tc.r = bufio.NewReaderSize(deadlineReader{tc}, 128<<10)
 	return tc
 }
@@ -212,7 +213,7 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	}
 	var ne net.Error
 	if first && n == 0 && errors.As(err, &ne) && ne.Timeout() {
-		return 0, &silentError{addr: d.c.RemoteAddr().String(), after: timeout, err: err}
+		return 0, &silentError{addr: d.c.addr, after: timeout, err: err}
 	}
 	return n, err
 }
@@ -226,8 +227,10 @@ type silentError struct {
 	err   error
 }
 
-func (e *silentError) Error() string {
-	return fmt.Sprintf("%s accepted the connection but did not answer within %v (connect timeout)", e.addr, e.after)
+func (e *silentError) Error() string { return e.addr + " " + e.what() }
+
+func (e *silentError) what() string {
+	return fmt.Sprintf("accepted the connection but did not answer within %v (connect timeout)", e.after)
 }
 
 func (e *silentError) Unwrap() error { return e.err }

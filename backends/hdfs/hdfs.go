@@ -34,6 +34,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	hdfs "github.com/colinmarc/hdfs/v2"
@@ -121,12 +122,17 @@ var (
 )
 
 type backend struct {
-	id    string
-	root  string // absolute HDFS path of the root, no trailing '/' ("" for "/")
-	addrs []string
-	user  string
-	opt   Options
-	log   *slog.Logger
+	id     string
+	dataID string // see DataID
+	root   string // absolute HDFS path of the root, no trailing '/' ("" for "/")
+	addrs  []string
+	user   string
+	// prefer is the index in addrs of the NameNode that answered last:
+	// new clients try it first, so a silent NameNode earlier in the list
+	// costs its connect timeout once, not on every new client.
+	prefer atomic.Int32
+	opt    Options
+	log    *slog.Logger
 
 	// mu guards clients, next, idle and closed. The shared clients serve
 	// metadata calls and reads, round robin; one is replaced (nil until
@@ -170,6 +176,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	}
 	b := &backend{
 		id:      dir.String(),
+		dataID:  dataID(ctx, dir, addrs, opt.DialTimeout),
 		root:    strings.TrimSuffix(dir.Path, "/"),
 		addrs:   addrs,
 		user:    usr,
@@ -178,30 +185,58 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 		clients: make([]*hdfs.Client, opt.Connections),
 	}
 	// Connect one client now, so an unreachable NameNode shows here; the
-	// others connect on first use. A NameNode that accepts the connection
-	// but stays silent for ConnectTimeout is not retried: it is reported
-	// at once, by address (the library fails over between NameNodes only
-	// when a connection cannot be made, not when one stays silent).
-	var silent *silentError
+	// others connect on first use. Each NameNode gets ConnectTimeout to
+	// answer (newClient moves on to the next). When every one failed and
+	// one of them accepted the connection but stayed silent, New reports
+	// at once instead of retrying: another round would only wait on it
+	// again.
+	attempts := 0
+	var nerr *namenodesError
 	err = b.retry(ctx, "connect", "", func() error {
+		attempts++
 		_, err := b.shared()
-		if errors.As(err, &silent) {
-			return errors.New(silent.Error()) // permanent: not retried
+		if errors.As(err, &nerr) && nerr.silent() {
+			return errors.New(err.Error()) // permanent: not retried
 		}
 		return err
 	})
-	if err != nil && silent != nil {
-		return nil, fmt.Errorf("HDFS namenode %s: %w", silent.Error(), backends.ErrTransient)
-	}
-	var ue *unreachableError
-	if errors.As(err, &ue) {
-		cause := strings.TrimPrefix(ue.err.Error(), "no available namenodes: ")
-		return nil, fmt.Errorf("cannot reach HDFS namenode %s (%d attempts): %s: %w", strings.Join(addrs, ","), opt.Retries, cause, backends.ErrTransient)
+	if err != nil && nerr != nil {
+		n := fmt.Sprintf("%d attempts", attempts)
+		if attempts == 1 {
+			n = "1 attempt"
+		}
+		return nil, fmt.Errorf("cannot reach HDFS namenode %s (%s): %s: %w", strings.Join(addrs, ","), n, nerr.detail(), backends.ErrTransient)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return b, nil
+}
+
+// DataID implements backends.DataIdentifier: the cluster by every name it
+// was reached by (the URI's hosts, a nameservice among them; the NameNode
+// hosts and their addresses), so that write-back staging finds its pending
+// files when the channel comes back as the nameservice, one of its
+// NameNodes, or a NameNode under another name (see backends.SameStore).
+func (b *backend) DataID() string { return b.dataID }
+
+// dataID computes DataID's identity. Names that do not resolve (or not
+// within timeout) count by name only.
+func dataID(ctx context.Context, dir backends.URI, addrs []string, timeout time.Duration) string {
+	names := append([]string(nil), dir.Hosts...)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for _, a := range addrs {
+		host := a
+		if h, _, err := net.SplitHostPort(a); err == nil {
+			host = h
+		}
+		names = append(names, host)
+		if ips, err := net.DefaultResolver.LookupHost(ctx, host); err == nil {
+			names = append(names, ips...)
+		}
+	}
+	return backends.HDFSIdentity(names, dir.Path)
 }
 
 // resolveNamenodes turns URI hosts into NameNode addresses: Options.Namenodes
@@ -268,7 +303,37 @@ func withPort(a string) string {
 	return net.JoinHostPort(a, DefaultPort)
 }
 
+// newClient connects a client to one NameNode: the one that answered
+// last, else the next in the list that answers. Each NameNode is tried on
+// its own, bounded by DialTimeout to connect and ConnectTimeout for its
+// first answer, because the library fails over only when a connection
+// cannot be made or a NameNode says it is a standby: a NameNode that
+// accepts connections and stays silent would otherwise fail every new
+// client, however many NameNodes follow it. A client knows one NameNode
+// only; when it turns standby or goes away, the caller's retry replaces
+// the client (brokenConn) and this moves on to the next.
 func (b *backend) newClient() (*hdfs.Client, error) {
+	n := len(b.addrs)
+	start := int(b.prefer.Load())
+	var tried []namenodeAttempt
+	for k := range n {
+		i := (start + k) % n
+		c, err := b.connect(b.addrs[i])
+		if err == nil {
+			if k > 0 {
+				b.prefer.Store(int32(i))
+				b.log.Info("hdfs: using another namenode", "namenode", b.addrs[i], "skipped", (&namenodesError{tried}).detail())
+			}
+			return c, nil
+		}
+		tried = append(tried, namenodeAttempt{addr: b.addrs[i], err: err})
+	}
+	return nil, &namenodesError{tried}
+}
+
+// connect connects a client to the NameNode at addr and gets its first
+// answer.
+func (b *backend) connect(addr string) (*hdfs.Client, error) {
 	dial := func(first time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return func(ctx context.Context, network, addr string) (net.Conn, error) {
 			d := net.Dialer{Timeout: b.opt.DialTimeout}
@@ -276,11 +341,11 @@ func (b *backend) newClient() (*hdfs.Client, error) {
 			if err != nil {
 				return nil, err
 			}
-			return newTimeoutConn(c, b.opt.IOTimeout, first), nil
+			return newTimeoutConn(c, addr, b.opt.IOTimeout, first), nil
 		}
 	}
 	c, err := hdfs.NewClient(hdfs.ClientOptions{
-		Addresses:           b.addrs,
+		Addresses:           []string{addr},
 		User:                b.user,
 		UseDatanodeHostname: b.opt.UseDatanodeHostname,
 		// A NameNode answers a new connection's first call at once; a
@@ -289,11 +354,12 @@ func (b *backend) newClient() (*hdfs.Client, error) {
 		DatanodeDialFunc: dial(0),
 	})
 	if err != nil {
-		return nil, &unreachableError{addrs: b.addrs, err: err}
+		return nil, err
 	}
 	// The library caches the server defaults on first use without a lock,
 	// and every block read consults them: fetch them now, before the
 	// client is shared, so concurrent readers only ever read the cache.
+	// This is also the NameNode's first answer.
 	if _, err := c.ServerDefaults(); err != nil {
 		c.Close()
 		return nil, err
@@ -301,17 +367,77 @@ func (b *backend) newClient() (*hdfs.Client, error) {
 	return c, nil
 }
 
-// unreachableError reports that no NameNode answered.
-type unreachableError struct {
-	addrs []string
-	err   error
+// namenodeAttempt is what one NameNode did when a client tried it.
+type namenodeAttempt struct {
+	addr string
+	err  error
 }
 
-func (e *unreachableError) Error() string {
-	return fmt.Sprintf("cannot reach HDFS namenode %s: %v", strings.Join(e.addrs, ","), e.err)
+// namenodesError reports that no NameNode of the list answered, naming
+// each and what it did.
+type namenodesError struct {
+	tried []namenodeAttempt
 }
 
-func (e *unreachableError) Unwrap() error { return e.err }
+func (e *namenodesError) Error() string {
+	addrs := make([]string, len(e.tried))
+	for i, t := range e.tried {
+		addrs[i] = t.addr
+	}
+	return fmt.Sprintf("cannot reach HDFS namenode %s: %s", strings.Join(addrs, ","), e.detail())
+}
+
+// detail says what each NameNode did: "nn1:8020 accepted the connection
+// but did not answer within 10s (connect timeout); nn2:8020: connection
+// refused".
+func (e *namenodesError) detail() string {
+	parts := make([]string, len(e.tried))
+	for i, t := range e.tried {
+		parts[i] = t.addr + " " + describeNamenodeError(t.err)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// silent reports whether some NameNode accepted the connection and stayed
+// silent.
+func (e *namenodesError) silent() bool {
+	for _, t := range e.tried {
+		var s *silentError
+		if errors.As(t.err, &s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *namenodesError) Unwrap() []error {
+	errs := make([]error, len(e.tried))
+	for i, t := range e.tried {
+		errs[i] = t.err
+	}
+	return errs
+}
+
+// describeNamenodeError words what one NameNode did, without repeating
+// its address where the library already put it in the text.
+func describeNamenodeError(err error) string {
+	var s *silentError
+	if errors.As(err, &s) {
+		return s.what()
+	}
+	msg := strings.TrimPrefix(err.Error(), "no available namenodes: ")
+	if strings.Contains(msg, "StandbyException") {
+		return "is a standby (StandbyException): " + firstLine(msg)
+	}
+	return "failed: " + firstLine(msg)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
 
 // shared returns the next shared client, connecting it if needed.
 func (b *backend) shared() (*hdfs.Client, error) {
