@@ -62,8 +62,12 @@ func Run(t *testing.T, h Harness) {
 	t.Run("CorruptFlipped", func(t *testing.T) { testCorrupt(t, h, flipByte) })
 	t.Run("CorruptTruncated", func(t *testing.T) { testCorrupt(t, h, truncate) })
 	t.Run("CorruptSwapped", func(t *testing.T) { testCorrupt(t, h, swapped) })
-	t.Run("StoreDown", func(t *testing.T) { testFailing(t, h, func(b backends.Backend) backends.Backend { return &downStore{b} }) })
-	t.Run("StoreSlow", func(t *testing.T) { testFailing(t, h, func(b backends.Backend) backends.Backend { return &slowStore{b} }) })
+	t.Run("StoreDown", func(t *testing.T) {
+		testFailing(t, h, func(b backends.Backend) backends.Backend { return &downStore{b} })
+	})
+	t.Run("StoreSlow", func(t *testing.T) {
+		testFailing(t, h, func(b backends.Backend) backends.Backend { return &slowStore{b} })
+	})
 	t.Run("StoreDiesMidway", func(t *testing.T) { testDiesMidway(t, h) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, h) })
 }
