@@ -50,6 +50,17 @@ type reader struct {
 	eof      bool   // the object ends where cur does
 	src      io.ReadCloser
 	srcEnd   int64 // end of the source range (end, or end+1 to learn if the object ends at end)
+
+	// ahead holds the tier reads of the range's next blocks, started in
+	// parallel once its first block was a hit (a cold range costs the
+	// tier one lookup, a warm one a round trip, not one per block).
+	ahead       map[int64]chan tierResult
+	cancelAhead context.CancelFunc
+}
+
+type tierResult struct {
+	data []byte
+	ok   bool
 }
 
 func (r *reader) Read(p []byte) (int, error) {
@@ -88,12 +99,19 @@ func (r *reader) fromTier() error {
 	bi := r.pos / bs
 	var data []byte
 	ok := false
-	if r.t.up() {
+	if ch, started := r.ahead[bi]; started {
+		res := <-ch
+		data, ok = res.data, res.ok
+	} else if r.t.up() {
 		data, ok = r.t.get(r.ctx, r.header(bi))
+		if ok {
+			r.readAhead(bi+1, (r.end-1)/bs)
+		}
 	} else {
 		r.t.st.fallbacks.Add(1)
 	}
 	if !ok {
+		r.stopAhead()
 		return r.openSource()
 	}
 	skip := r.pos - bi*bs
@@ -104,6 +122,33 @@ func (r *reader) fromTier() error {
 		r.cur = data[skip:min(int64(len(data)), skip+r.end-r.pos)]
 	}
 	return nil
+}
+
+// readAhead starts tier reads of blocks first..last.
+func (r *reader) readAhead(first, last int64) {
+	if first > last {
+		return
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	r.cancelAhead = cancel
+	r.ahead = make(map[int64]chan tierResult, last-first+1)
+	for bi := first; bi <= last; bi++ {
+		ch := make(chan tierResult, 1)
+		r.ahead[bi] = ch
+		go func() {
+			d, ok := r.t.get(ctx, r.header(bi))
+			ch <- tierResult{d, ok}
+		}()
+	}
+}
+
+// stopAhead abandons the tier reads started ahead.
+func (r *reader) stopAhead() {
+	if r.cancelAhead != nil {
+		r.cancelAhead()
+		r.cancelAhead = nil
+	}
+	r.ahead = nil
 }
 
 // openSource starts the one ranged read of the source that serves the rest.
@@ -150,6 +195,7 @@ func (r *reader) fromSource() error {
 }
 
 func (r *reader) Close() error {
+	r.stopAhead()
 	if r.src != nil {
 		return r.src.Close()
 	}

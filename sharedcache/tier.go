@@ -24,6 +24,7 @@
 package sharedcache
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -285,14 +286,20 @@ func (t *Tier) get(ctx context.Context, want header) (data []byte, ok bool) {
 	r, err := t.store.Read(ctx, name, backends.ReadOptions{Length: -1})
 	var raw []byte
 	if err == nil {
-		// A block object is at most its header beyond a block.
-		raw, err = io.ReadAll(io.LimitReader(r, t.opt.BlockSize+int64(len(magic))+4+maxHeader))
+		// A block object is at most its header beyond a block; read it
+		// into one buffer of about that size (io.ReadAll would grow one
+		// from 512 bytes, copying the block ~12 times).
+		buf := bytes.NewBuffer(make([]byte, 0, t.opt.BlockSize+4096))
+		_, err = buf.ReadFrom(io.LimitReader(r, t.opt.BlockSize+int64(len(magic))+4+maxHeader))
+		raw = buf.Bytes()
 		r.Close()
 	}
 	switch {
 	case errors.Is(err, backends.ErrNotExist):
 		t.st.misses.Add(1)
 		return nil, false
+	case err != nil && errors.Is(ctx.Err(), context.Canceled):
+		return nil, false // the reader gave up on this block (it missed an earlier one, or closed)
 	case err != nil:
 		if ctx.Err() != nil && t.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("no block within %v: %w", t.opt.Timeout, err)
