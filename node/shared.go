@@ -76,6 +76,9 @@ func openTier(ctx context.Context, sh SharedCacheSettings, bopt all.Options, log
 	bopt.OSS.Retry.MaxElapsed = 2 * sh.Timeout
 	bopt.OSS.ConnectTimeout = min(max(2*sh.Timeout, time.Second), 10*time.Second)
 	bopt.HDFS.Retries = 1
+	// A block object is one PUT; the writer's buffer is one part, which it
+	// allocates (and clears) whole: 8 MiB per 1 MiB block by default.
+	bopt.OSS.PartSize = 2 << 20
 	store, _, err := all.Open(ctx, u, bopt, log)
 	if err != nil {
 		return nil, err

@@ -55,7 +55,7 @@ func openOSS(b *testing.B, uri, endpoint string, retry int) backends.Backend {
 	if err != nil {
 		b.Fatal(err)
 	}
-	be, err := oss.New(context.Background(), u, oss.Options{Endpoint: endpoint, Retry: oss.RetryOptions{MaxAttempts: retry}}, nil)
+	be, err := oss.New(context.Background(), u, oss.Options{Endpoint: endpoint, Retry: oss.RetryOptions{MaxAttempts: retry}, PartSize: 2 << 20}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
