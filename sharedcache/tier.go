@@ -280,6 +280,9 @@ func (t *Tier) failed(op string, err error) {
 // get returns block data from the tier, or ok false on a miss, a corrupt
 // block or a failure (each counted).
 func (t *Tier) get(ctx context.Context, want header) (data []byte, ok bool) {
+	if t.ctx.Err() != nil { // closed: the source serves what is still read
+		return nil, false
+	}
 	name := t.name(want)
 	ctx, cancel := context.WithTimeout(ctx, t.opt.Timeout)
 	defer cancel()
