@@ -99,11 +99,17 @@ func (r *reader) fromTier() error {
 	bi := r.pos / bs
 	var data []byte
 	ok := false
+	if r.ahead == nil && r.t.up() && r.t.lastHit.Load() {
+		// The tier answered the last range's first block: ask for all of
+		// this range's blocks at once (one round trip, not two).
+		r.readAhead(bi, (r.end-1)/bs)
+	}
 	if ch, started := r.ahead[bi]; started {
 		res := <-ch
 		data, ok = res.data, res.ok
 	} else if r.t.up() {
 		data, ok = r.t.get(r.ctx, r.header(bi))
+		r.t.lastHit.Store(ok)
 		if ok {
 			r.readAhead(bi+1, (r.end-1)/bs)
 		}
@@ -111,6 +117,7 @@ func (r *reader) fromTier() error {
 		r.t.st.fallbacks.Add(1)
 	}
 	if !ok {
+		r.t.lastHit.Store(false)
 		r.stopAhead()
 		return r.openSource()
 	}

@@ -169,6 +169,11 @@ type Tier struct {
 	queue  chan writeJob
 	room   *semaphore.Weighted // QueueBytes of queued block data
 	st     counters
+	// lastHit: the last block a range began with was in the tier. A
+	// range then asks for all its blocks at once; after a miss, for its
+	// first block alone (a node reading cold costs the tier one lookup
+	// per range, not one per block).
+	lastHit atomic.Bool
 
 	mu        sync.Mutex
 	downUntil time.Time     // GUARDED_BY(mu): reads skip the tier until then
