@@ -51,8 +51,9 @@ type reader struct {
 	src      io.ReadCloser
 	srcEnd   int64 // end of the source range (end, or end+1 to learn if the object ends at end)
 
-	// ahead holds the tier reads of the range's next blocks, started in
-	// parallel once its first block was a hit (a cold range costs the
+	// ahead holds the tier reads of the range's blocks started in
+	// parallel: all of them when the tier's last range began with a hit,
+	// else the rest once the first block was a hit (a cold range costs the
 	// tier one lookup, a warm one a round trip, not one per block).
 	ahead       map[int64]chan tierResult
 	cancelAhead context.CancelFunc
