@@ -205,3 +205,24 @@ func TestSharedCacheAcrossNodes(t *testing.T) {
 		d.stop(t)
 	}
 }
+
+// TestSharedCacheFlagsRefuseBadValues: a bad --shared-cache or
+// --shared-cache-size is refused, naming the flag, before anything is
+// mounted.
+func TestSharedCacheFlagsRefuseBadValues(t *testing.T) {
+	src, mnt := t.TempDir(), t.TempDir()
+	for _, c := range []struct{ flag, value, want string }{
+		{"--shared-cache", "oss://cache/one-object", "directory URI"},
+		{"--shared-cache", "s3://cache/x/", "s3"},
+		{"--shared-cache-size", "lots", "--shared-cache-size"},
+		{"--shared-cache-timeout", "0s", "--shared-cache-timeout"},
+	} {
+		code, _, stderr := runMlfsd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), c.flag, c.value, "nas://"+src+"/", mnt)
+		if code == 0 || !strings.Contains(stderr, c.flag) || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s %s: exit %d, stderr %q; want a failure naming %s and %q", c.flag, c.value, code, stderr, c.flag, c.want)
+		}
+		if isMounted(t, mnt) {
+			t.Fatalf("%s mounted after %s %s was refused", mnt, c.flag, c.value)
+		}
+	}
+}
