@@ -27,7 +27,11 @@ import (
 //   - staggered: node 1 reads first, then the other N-1 together (a job
 //     whose nodes start an epoch at different times, or a second job);
 //   - together: all N start at once (no node is ahead: each block is
-//     missed by several nodes at the same time).
+//     missed by several nodes at the same time);
+//   - sharded: a distributed sampler's two epochs: in epoch 1 each node
+//     reads its own 1/N of the files, all nodes at once; in epoch 2 each
+//     reads the share of the next node (fetched by that node in epoch 1).
+//     The figures are epoch 2's.
 //
 // Reported per node: source MiB, throughput, and the followers' throughput
 // against node 1 reading the dataset again warm from its own local disk
@@ -35,12 +39,12 @@ import (
 //
 //	go test -run '^$' -bench NodesThroughSharedTier -benchtime 1x ./sharedcache/
 func BenchmarkNodesThroughSharedTier(b *testing.B) {
-	for _, sched := range []string{"staggered", "together"} {
+	for _, sched := range []string{"staggered", "together", "sharded"} {
 		for _, n := range []int{1, 2, 4} {
-			if sched == "together" && n == 1 {
+			if sched != "staggered" && n == 1 {
 				continue
 			}
-			b.Run(fmt.Sprintf("%s/nodes=%d", sched, n), func(b *testing.B) { benchNodes(b, n, sched == "staggered") })
+			b.Run(fmt.Sprintf("%s/nodes=%d", sched, n), func(b *testing.B) { benchNodes(b, n, sched) })
 		}
 	}
 }
@@ -115,7 +119,8 @@ func newCache(b *testing.B, dir string) *cache.Cache {
 	return c
 }
 
-func benchNodes(b *testing.B, n int, staggered bool) {
+func benchNodes(b *testing.B, n int, sched string) {
+	staggered := sched == "staggered"
 	b.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
 	b.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	srcRoot := b.TempDir()
@@ -166,40 +171,60 @@ func benchNodes(b *testing.B, n int, staggered bool) {
 		}
 		before := srcSrv.Stats()["bytes.out"]
 		results := make([]nodeResult, n)
-		run := func(idx []int) {
+		// share is what node i reads: all files, or in epoch e (sharded)
+		// the files of node (i+e) mod n.
+		share := func(i, epoch int) []backends.ObjectInfo {
+			if sched != "sharded" {
+				return infos
+			}
+			var out []backends.ObjectInfo
+			for j, info := range infos {
+				if j%n == (i+epoch)%n {
+					out = append(out, info)
+				}
+			}
+			return out
+		}
+		run := func(idx []int, epoch int) {
 			var wg sync.WaitGroup
 			for _, i := range idx {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					results[i] = readDataset(b, nodes[i].c, nodes[i].tier.Through(src), infos)
+					results[i] = readDataset(b, nodes[i].c, nodes[i].tier.Through(src), share(i, epoch))
 				}()
 			}
 			wg.Wait()
 		}
+		flushAll := func() {
+			for _, nd := range nodes {
+				if err := nd.tier.Flush(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		all := []int{}
+		for i := range n {
+			all = append(all, i)
+		}
 		b.StartTimer()
-		if staggered {
-			run([]int{0})
-			if err := nodes[0].tier.Flush(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			rest := []int{}
-			for i := 1; i < n; i++ {
-				rest = append(rest, i)
-			}
-			run(rest)
-		} else {
-			all := []int{}
-			for i := range n {
-				all = append(all, i)
-			}
-			run(all)
+		switch sched {
+		case "staggered":
+			run([]int{0}, 0)
+			flushAll()
+			run(all[1:], 0)
+		case "together":
+			run(all, 0)
+		case "sharded":
+			run(all, 0)
+			flushAll()
+			run(all, 1)
 		}
 		b.StopTimer()
 		srcBytes := srcSrv.Stats()["bytes.out"] - before
 		for i, r := range results {
-			if r.bytes != dataset {
-				b.Fatalf("node %d read %d bytes of %d", i+1, r.bytes, dataset)
+			if want := dataset / int64(len(infos)) * int64(len(share(i, 1))); r.bytes != want {
+				b.Fatalf("node %d read %d bytes of %d", i+1, r.bytes, want)
 			}
 		}
 		// Node 1 again, warm from its own disk: a fresh cache on its dir.
@@ -207,7 +232,7 @@ func benchNodes(b *testing.B, n int, staggered bool) {
 			b.Fatal(err)
 		}
 		warmCache := newCache(b, nodes[0].dir)
-		warm := readDataset(b, warmCache, nodes[0].tier.Through(src), infos)
+		warm := readDataset(b, warmCache, nodes[0].tier.Through(src), share(0, 0))
 		warmCache.Close()
 		for _, nd := range nodes[1:] {
 			nd.c.Close()
@@ -230,8 +255,8 @@ func benchNodes(b *testing.B, n int, staggered bool) {
 		f := sum / float64(n-first)
 		followerMiBs += f
 		ratio += f / mibs(warm)
-		b.Logf("nodes=%d staggered=%v: source sent %.1f MiB for a %d MiB dataset (%.2fx); node 1 cold %.0f MiB/s; per-node %.0f MiB/s; node 1 warm local %.0f MiB/s",
-			n, staggered, float64(srcBytes)/(1<<20), dataset>>20, float64(srcBytes)/float64(dataset), mibs(results[0]), f, mibs(warm))
+		b.Logf("%s nodes=%d: source sent %.1f MiB for a %d MiB dataset (%.2fx); node 1 %.0f MiB/s; per-node (followers in staggered) %.0f MiB/s; node 1 warm local %.0f MiB/s",
+			sched, n, float64(srcBytes)/(1<<20), dataset>>20, float64(srcBytes)/float64(dataset), mibs(results[0]), f, mibs(warm))
 	}
 	b.ReportMetric(srcPerNode/float64(b.N), "src-MiB/node")
 	b.ReportMetric(followerMiBs/float64(b.N), "MiB/s/node")
