@@ -174,12 +174,14 @@ type Tier struct {
 	// first block alone (a node reading cold costs the tier one lookup
 	// per range, not one per block).
 	lastHit atomic.Bool
+	// downUntil (Unix nanoseconds): reads skip the tier until then. An
+	// atomic, not under mu: every block read checks it.
+	downUntil atomic.Int64
 
-	mu        sync.Mutex
-	downUntil time.Time     // GUARDED_BY(mu): reads skip the tier until then
-	pending   int           // GUARDED_BY(mu): blocks queued or being written
-	idle      chan struct{} // GUARDED_BY(mu): closed when pending drops to 0
-	closed    bool          // GUARDED_BY(mu)
+	mu      sync.Mutex
+	pending int           // GUARDED_BY(mu): blocks queued or being written
+	idle    chan struct{} // GUARDED_BY(mu): closed when pending drops to 0
+	closed  bool          // GUARDED_BY(mu)
 }
 
 type writeJob struct {
@@ -266,17 +268,13 @@ func (t *Tier) Close() error {
 
 // up reports whether reads may try the tier now.
 func (t *Tier) up() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return !time.Now().Before(t.downUntil)
+	return time.Now().UnixNano() >= t.downUntil.Load()
 }
 
 // failed records a failure of the tier: reads skip it for Backoff.
 func (t *Tier) failed(op string, err error) {
-	t.mu.Lock()
-	wasUp := !time.Now().Before(t.downUntil)
-	t.downUntil = time.Now().Add(t.opt.Backoff)
-	t.mu.Unlock()
+	now := time.Now()
+	wasUp := now.UnixNano() >= t.downUntil.Swap(now.Add(t.opt.Backoff).UnixNano())
 	if wasUp {
 		t.opt.Log.Warn("shared cache failing; reading from the source", "store", t.store.ID(), "op", op, "err", err, "retry_in", t.opt.Backoff)
 	}
