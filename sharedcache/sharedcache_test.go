@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/hdfs"
+	"github.com/mlfsd/mlfsd/backends/hdfs/hdfsemu"
 	"github.com/mlfsd/mlfsd/backends/nas"
 	"github.com/mlfsd/mlfsd/backends/oss"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
@@ -87,7 +89,29 @@ func harness(store func(*testing.T) backends.Backend, mutate func(*Options)) sha
 	}
 }
 
+// hdfsStore is a directory of an HDFS emulator (NameNode and DataNode over
+// real sockets).
+func hdfsStore(t *testing.T) backends.Backend {
+	t.Helper()
+	s, err := hdfsemu.New(hdfsemu.Options{Root: t.TempDir(), BlockSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	u, err := backends.ParseURI("hdfs://" + s.Addr() + "/tier/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := hdfs.New(t.Context(), u, hdfs.Options{User: "root", Retries: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestConformanceNAS(t *testing.T) { sharedtest.Run(t, harness(nasStore, nil)) }
+
+func TestConformanceHDFS(t *testing.T) { sharedtest.Run(t, harness(hdfsStore, nil)) }
 
 func TestConformanceOSS(t *testing.T) { sharedtest.Run(t, harness(ossStore, nil)) }
 
