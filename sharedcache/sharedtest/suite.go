@@ -9,8 +9,9 @@
 // reads what a first node read without touching the source; that a new
 // version of an object is never served the old one's blocks; that a
 // corrupt, truncated or misplaced block in the store is never served, costs
-// only a read of the source and is overwritten; and that a store that is
-// down, slow, or dies midway never turns into a read error.
+// only a read of the source and is overwritten; that a store that is down,
+// slow, or dies midway never turns into a read error; and that a store that
+// comes back is used again.
 package sharedtest
 
 import (
@@ -69,6 +70,7 @@ func Run(t *testing.T, h Harness) {
 		testFailing(t, h, func(b backends.Backend) backends.Backend { return &slowStore{b} })
 	})
 	t.Run("StoreDiesMidway", func(t *testing.T) { testDiesMidway(t, h) })
+	t.Run("StoreComesBack", func(t *testing.T) { testComesBack(t, h) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, h) })
 }
 
@@ -400,6 +402,58 @@ func testDiesMidway(t *testing.T, h Harness) {
 	if d.calls.Load() <= d.after {
 		t.Fatalf("the tier made %d calls to the store, the store was to die after %d", d.calls.Load(), d.after)
 	}
+}
+
+// testComesBack: a tier whose store was down serves blocks again once the
+// store is back.
+func testComesBack(t *testing.T, h Harness) {
+	src := newSource(t)
+	objs := objects(t, src)
+	o := objs[len(objs)-1]
+	store := h.Store(t)
+	first := h.New(t, store, bs)
+	readAll(t, first.Through(src), o, 2)
+	flush(t, first)
+	sw := &switchStore{Backend: store}
+	sw.down.Store(true)
+	tier := h.New(t, sw, bs)
+	before := src.read.Load()
+	readAll(t, tier.Through(src), o, 2)
+	if src.read.Load() == before {
+		t.Fatal("a tier whose store is down read nothing from the source")
+	}
+	sw.down.Store(false)
+	for deadline := time.Now().Add(time.Minute); ; {
+		before := src.read.Load()
+		readAll(t, tier.Through(src), o, 2)
+		if src.read.Load() == before {
+			return // served by the tier again
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a minute after its store came back, the tier still sent reads to the source")
+		}
+		time.Sleep(20 * time.Millisecond) // the tier's backoff runs on its own clock
+	}
+}
+
+// switchStore fails every read and write while down is set.
+type switchStore struct {
+	backends.Backend
+	down atomic.Bool
+}
+
+func (s *switchStore) Read(ctx context.Context, key string, opt backends.ReadOptions) (io.ReadCloser, error) {
+	if s.down.Load() {
+		return nil, errDown
+	}
+	return s.Backend.Read(ctx, key, opt)
+}
+
+func (s *switchStore) Write(ctx context.Context, key string, opt backends.WriteOptions) (backends.Writer, error) {
+	if s.down.Load() {
+		return nil, errDown
+	}
+	return s.Backend.Write(ctx, key, opt)
 }
 
 func testConcurrent(t *testing.T, h Harness) {
