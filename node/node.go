@@ -631,9 +631,6 @@ func (n *Node) Close(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	if err := n.shared.close(); err != nil {
-		errs = append(errs, err)
-	}
 	n.cacheMu.Lock()
 	if n.cache != nil {
 		if err := n.cache.Close(); err != nil {
@@ -642,5 +639,9 @@ func (n *Node) Close(ctx context.Context) error {
 		n.cache = nil
 	}
 	n.cacheMu.Unlock()
+	// After the cache: its fetches in flight read through the tiers.
+	if err := n.shared.close(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }

@@ -304,8 +304,8 @@ func (t *Tier) get(ctx context.Context, want header) (data []byte, ok bool) {
 	case errors.Is(err, backends.ErrNotExist):
 		t.st.misses.Add(1)
 		return nil, false
-	case err != nil && errors.Is(ctx.Err(), context.Canceled):
-		return nil, false // the reader gave up on this block (it missed an earlier one, or closed)
+	case err != nil && (errors.Is(ctx.Err(), context.Canceled) || t.ctx.Err() != nil):
+		return nil, false // the reader gave up on this block (it missed an earlier one, or closed), or the tier closed
 	case err != nil:
 		if ctx.Err() != nil && t.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("no block within %v: %w", t.opt.Timeout, err)
