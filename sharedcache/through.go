@@ -57,10 +57,14 @@ type reader struct {
 	// tier one lookup, a warm one a round trip, not one per block).
 	ahead       map[int64]chan tierResult
 	cancelAhead context.CancelFunc
+	// held is the tier's buffer that cur lies in, handed back once cur is
+	// served.
+	held *[]byte
 }
 
 type tierResult struct {
 	data []byte
+	buf  *[]byte
 	ok   bool
 }
 
@@ -98,7 +102,10 @@ func (r *reader) header(block int64) header {
 func (r *reader) fromTier() error {
 	bs := r.t.opt.BlockSize
 	bi := r.pos / bs
+	r.t.putBuf(r.held) // cur is served
+	r.held = nil
 	var data []byte
+	var buf *[]byte
 	ok := false
 	if r.ahead == nil && r.t.up() && r.t.lastHit.Load() {
 		// The tier answered the last range's first block: ask for all of
@@ -107,9 +114,9 @@ func (r *reader) fromTier() error {
 	}
 	if ch, started := r.ahead[bi]; started {
 		res := <-ch
-		data, ok = res.data, res.ok
+		data, buf, ok = res.data, res.buf, res.ok
 	} else if r.t.up() {
-		data, ok = r.t.get(r.ctx, r.header(bi))
+		data, buf, ok = r.t.get(r.ctx, r.header(bi))
 		r.t.lastHit.Store(ok)
 		if ok {
 			r.readAhead(bi+1, (r.end-1)/bs)
@@ -122,6 +129,7 @@ func (r *reader) fromTier() error {
 		r.stopAhead()
 		return r.openSource()
 	}
+	r.held = buf
 	skip := r.pos - bi*bs
 	if int64(len(data)) < bs {
 		r.eof = true // a short block is the object's last
@@ -144,8 +152,8 @@ func (r *reader) readAhead(first, last int64) {
 		ch := make(chan tierResult, 1)
 		r.ahead[bi] = ch
 		go func() {
-			d, ok := r.t.get(ctx, r.header(bi))
-			ch <- tierResult{d, ok}
+			d, buf, ok := r.t.get(ctx, r.header(bi))
+			ch <- tierResult{d, buf, ok}
 		}()
 	}
 }
@@ -204,6 +212,9 @@ func (r *reader) fromSource() error {
 
 func (r *reader) Close() error {
 	r.stopAhead()
+	r.t.putBuf(r.held)
+	r.held = nil
+	r.cur = nil
 	if r.src != nil {
 		return r.src.Close()
 	}
