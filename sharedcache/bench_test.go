@@ -262,3 +262,54 @@ func benchNodes(b *testing.B, n int, sched string) {
 	b.ReportMetric(followerMiBs/float64(b.N), "MiB/s/node")
 	b.ReportMetric(ratio/float64(b.N), "vs-warm-local")
 }
+
+// BenchmarkRawTierGets is the ceiling of the tier path on this machine: 8
+// parallel GETs of 96 1 MiB objects from the tier's emulator through the
+// OSS backend, with no cache, no tier and no checks.
+//
+//	go test -run '^$' -bench RawTierGets -benchtime 1x ./sharedcache/
+func BenchmarkRawTierGets(b *testing.B) {
+	b.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	b.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	root := b.TempDir()
+	os.MkdirAll(filepath.Join(root, "tier", "x"), 0o755)
+	buf := make([]byte, 1<<20)
+	const objects = 96
+	for i := range objects {
+		os.WriteFile(filepath.Join(root, "tier", "x", fmt.Sprint(i)), buf, 0o644)
+	}
+	_, ep := ossemutest.Start(b, root, ossemu.Options{})
+	be := openOSS(b, "oss://tier/x/", ep, 2)
+	defer be.Close()
+	get := func(i int) { // b.Error: called from several goroutines
+		r, err := be.Read(context.Background(), fmt.Sprint(i), backends.ReadOptions{Length: -1})
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer r.Close()
+		if n, err := io.Copy(io.Discard, r); err != nil || n != 1<<20 {
+			b.Errorf("object %d: %d bytes, %v", i, n, err)
+		}
+	}
+	for i := range objects { // the emulator records each seeded file's checksums once
+		get(i)
+	}
+	var total time.Duration
+	for range b.N {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < objects; i += 8 {
+					get(i)
+				}
+			}()
+		}
+		wg.Wait()
+		total += time.Since(start)
+	}
+	b.ReportMetric(float64(objects*b.N)/total.Seconds(), "MiB/s")
+}
