@@ -18,6 +18,15 @@ const (
 	// AttrMode is "input" (read-only, cached; the default) or "output"
 	// (write-back).
 	AttrMode = "mode"
+	// AttrSharedCache names the shared block-cache tier an input volume
+	// reads through between the node's disk cache and its source (a
+	// directory URI; see docs/SHARED-CACHE.md). It is the mount option
+	// --shared-cache, like AttrSharedCacheSize (--shared-cache-size); the
+	// daemon's own --shared-cache is the default of volumes without one.
+	// The tier's store is reached with the daemon's credentials, not the
+	// volume's secrets.
+	AttrSharedCache     = "shared-cache"
+	AttrSharedCacheSize = "shared-cache-size"
 	// ParamOnDelete is a StorageClass parameter: "retain" (the default)
 	// keeps a deleted volume's data in the store, "delete" removes it.
 	ParamOnDelete = "onDelete"

@@ -27,6 +27,10 @@ func TestParseAttributes(t *testing.T) {
 	if !s.output || s.uri.String() != "oss://bkt/data/" || len(s.options) != 1 || s.options["upload-concurrency"] != "8" {
 		t.Fatalf("parsed %+v", s)
 	}
+	s, err = parseAttributes(map[string]string{"uri": "oss://bkt/data/", AttrSharedCache: "oss://cache.oss-cn-hangzhou-internal.aliyuncs.com/mlfsd/", AttrSharedCacheSize: "2TiB"})
+	if err != nil || s.options[AttrSharedCache] != "oss://cache.oss-cn-hangzhou-internal.aliyuncs.com/mlfsd/" || s.options[AttrSharedCacheSize] != "2TiB" {
+		t.Fatalf("shared cache attributes: %+v, %v", s, err)
+	}
 	if s, err := parseAttributes(map[string]string{"uri": "nas:///data/x.bin"}); err != nil || s.output {
 		t.Fatalf("input by default: %+v, %v", s, err)
 	}
@@ -43,6 +47,9 @@ func TestParseAttributes(t *testing.T) {
 		{map[string]string{"uri": "oss://bkt/x/", "oss-part-size": "lots"}, `"oss-part-size"`},
 		{map[string]string{"uri": "oss://bkt/x/", "cache-memory": "1GiB"}, `"cache-memory"`},
 		{map[string]string{"uri": "oss://bkt/x/", "cahce-dir": "/x"}, `"cahce-dir"`},
+		{map[string]string{"uri": "oss://bkt/x/", AttrSharedCache: "oss://cache/one-object"}, `"shared-cache"`},
+		{map[string]string{"uri": "oss://bkt/x/", AttrSharedCache: "s3://cache/x/"}, `"shared-cache"`},
+		{map[string]string{"uri": "oss://bkt/x/", AttrSharedCacheSize: "big"}, `"shared-cache-size"`},
 	} {
 		_, err := parseAttributes(c.attrs)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

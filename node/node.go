@@ -116,6 +116,8 @@ type Node struct {
 	reg   *prometheus.Registry
 	pool  *backendPool
 	state *stateFile // nil without Options.StateDir
+	// shared are the shared cache tiers input mounts read through.
+	shared *sharedTiers
 
 	cacheMu sync.Mutex
 	cache   *cache.Cache // GUARDED_BY(cacheMu): made by the first input mount
@@ -164,6 +166,7 @@ func New(ctx context.Context, opt Options) (*Node, error) {
 	}
 	n := &Node{opt: opt, log: opt.Log, pool: newBackendPool(opt.Log), mounts: map[string]*mount{}}
 	n.reg = newNodeRegistry(n)
+	n.shared = newSharedTiers(n.log, n.reg)
 	if opt.OpenCache {
 		if _, err := n.sharedCache(); err != nil {
 			return nil, err
@@ -302,7 +305,12 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 		m.view = c.View()
 		m.metrics.serveFrom(m.view)
 		mopt.ReadOnly = true
-		srv, err := mfs.MountInput(target, b, mfs.InputOptions{Source: m.view, Key: key, Log: n.log}, mopt)
+		// The cache's misses read the source through the shared tier, if any.
+		in, err := n.shared.through(ctx, b, set)
+		if err != nil {
+			return err
+		}
+		srv, err := mfs.MountInput(target, in, mfs.InputOptions{Source: m.view, Key: key, Log: n.log}, mopt)
 		if err != nil {
 			return err
 		}
@@ -631,5 +639,9 @@ func (n *Node) Close(ctx context.Context) error {
 		n.cache = nil
 	}
 	n.cacheMu.Unlock()
+	// After the cache: its fetches in flight read through the tiers.
+	if err := n.shared.close(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/pflag"
 
+	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/all"
 	mfs "github.com/mlfsd/mlfsd/fs"
 )
@@ -21,8 +22,22 @@ import (
 // zero value is not a working configuration.
 type Settings struct {
 	Cache   CacheSettings
+	Shared  SharedCacheSettings
 	Backend all.Options
 	Output  OutputSettings
+}
+
+// SharedCacheSettings configure the shared block-cache tier that input
+// mounts read through between the node's disk cache and the source
+// (package sharedcache). They are mount-scope: a mount request (a CSI
+// volume attribute) may name its own tier.
+type SharedCacheSettings struct {
+	// URI is the tier's directory on its store ("" for none).
+	URI string
+	// MaxBytes bounds the tier (0: the store's lifecycle rule does).
+	MaxBytes int64
+	// Timeout bounds one block read from the tier.
+	Timeout time.Duration
 }
 
 // CacheSettings configure the one block cache of a node (node-wide).
@@ -252,6 +267,30 @@ func Table() []Option {
 		boolOpt("no-passthrough", GroupCache, ScopeNode, false,
 			"serve cached files through the daemon instead of FUSE passthrough",
 			func(s *Settings) *bool { return &s.Cache.NoPassthrough }),
+
+		// The shared cache tier (cluster-wide; see docs/SHARED-CACHE.md).
+		{Name: "shared-cache", Group: GroupCache, Scope: ScopeMount, Kind: "string",
+			Help: `shared block-cache tier between the disk cache and the source, a directory on a store every node reaches (e.g. oss://cache-bucket/mlfsd/ on an in-region or OSS accelerator bucket, nas:///mnt/shared/mlfsd-cache/; "" for none)`,
+			set: func(s *Settings, v string) error {
+				if v != "" {
+					u, err := backends.ParseURI(v)
+					if err != nil {
+						return err
+					}
+					if !u.IsDir() {
+						return fmt.Errorf("%q: the shared cache is a directory URI (end it with '/')", v)
+					}
+				}
+				s.Shared.URI = v
+				return nil
+			},
+			get: func(s *Settings) string { return s.Shared.URI }},
+		sizeOpt("shared-cache-size", GroupCache, ScopeMount, "0", 0, maxSize,
+			"most bytes the shared cache tier holds, kept by a sweep one node at a time runs under a lease (0: bounded by the store's lifecycle rule)",
+			func(s *Settings) *int64 { return &s.Shared.MaxBytes }),
+		durOpt("shared-cache-timeout", GroupCache, ScopeMount, time.Second,
+			"deadline of one block read from the shared cache tier; past it (or on any error) the block is read from the source",
+			func(s *Settings) *time.Duration { return &s.Shared.Timeout }),
 
 		// OSS. Access keys are never options: they come from the
 		// environment, a credentials file, or a mount request's Credentials.

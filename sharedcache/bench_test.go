@@ -1,0 +1,315 @@
+package sharedcache_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/oss"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/cache"
+	"github.com/mlfsd/mlfsd/sharedcache"
+)
+
+// BenchmarkNodesThroughSharedTier: N simulated nodes (each a node cache
+// with its own disk dir) read one dataset cold through one shared tier.
+// The source is an OSS emulator modelling a remote store (20 ms to first
+// byte, 40 MB/s per connection); the tier is a second emulator on
+// loopback (an in-cluster store). Two schedules:
+//
+//   - staggered: node 1 reads first, then the other N-1 together (a job
+//     whose nodes start an epoch at different times, or a second job);
+//   - together: all N start at once (no node is ahead: each block is
+//     missed by several nodes at the same time);
+//   - sharded: a distributed sampler's two epochs: in epoch 1 each node
+//     reads its own 1/N of the files, all nodes at once; in epoch 2 each
+//     reads the share of the next node (fetched by that node in epoch 1).
+//     The figures are epoch 2's.
+//
+// Reported per node: source MiB, throughput, and the followers' throughput
+// against node 1 reading the dataset again warm from its own local disk
+// (measured in the same run).
+//
+//	go test -run '^$' -bench NodesThroughSharedTier -benchtime 1x ./sharedcache/
+func BenchmarkNodesThroughSharedTier(b *testing.B) {
+	for _, sched := range []string{"staggered", "together", "sharded"} {
+		for _, n := range []int{1, 2, 4} {
+			if sched != "staggered" && n == 1 {
+				continue
+			}
+			b.Run(fmt.Sprintf("%s/nodes=%d", sched, n), func(b *testing.B) { benchNodes(b, n, sched) })
+		}
+	}
+}
+
+const (
+	benchFiles    = 4
+	benchFileSize = 24 << 20
+)
+
+func openOSS(b *testing.B, uri, endpoint string, retry int) backends.Backend {
+	u, err := backends.ParseURI(uri)
+	if err != nil {
+		b.Fatal(err)
+	}
+	be, err := oss.New(context.Background(), u, oss.Options{Endpoint: endpoint, Retry: oss.RetryOptions{MaxAttempts: retry}, PartSize: 2 << 20}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return be
+}
+
+type nodeResult struct {
+	bytes int64
+	dur   time.Duration
+}
+
+// readDataset reads every object through c, one sequential reader per
+// object in parallel, in 1 MiB reads, and checks the byte count.
+func readDataset(b *testing.B, c *cache.Cache, src backends.Backend, infos []backends.ObjectInfo) nodeResult {
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var total int64
+	for _, info := range infos {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := c.Open(context.Background(), src, info)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer h.Close()
+			buf := make([]byte, 1<<20)
+			var n int64
+			for off := int64(0); off < info.Size; {
+				k, err := h.ReadAt(context.Background(), buf, off)
+				n += int64(k)
+				off += int64(k)
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return nodeResult{total, time.Since(start)}
+}
+
+func newCache(b *testing.B, dir string) *cache.Cache {
+	c, err := cache.New(cache.Options{Dir: dir, MemoryBytes: 64 << 20, FreeFloorBytes: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+func benchNodes(b *testing.B, n int, sched string) {
+	staggered := sched == "staggered"
+	b.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	b.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	srcRoot := b.TempDir()
+	os.MkdirAll(filepath.Join(srcRoot, "bkt", "data"), 0o755)
+	chunk := make([]byte, 1<<20)
+	for i := range benchFiles {
+		f, err := os.Create(filepath.Join(srcRoot, "bkt", "data", fmt.Sprintf("shard-%d", i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for j := range benchFileSize >> 20 {
+			for k := range chunk {
+				chunk[k] = byte(i*31 + j*7 + k)
+			}
+			f.Write(chunk)
+		}
+		f.Close()
+	}
+	dataset := int64(benchFiles * benchFileSize)
+	srcSrv, srcEP := ossemutest.Start(b, srcRoot, ossemu.Options{TTFB: 20 * time.Millisecond, ConnBandwidth: 40e6})
+	var srcPerNode, followerMiBs, ratio float64
+	for range b.N {
+		tierRoot := b.TempDir()
+		os.Mkdir(filepath.Join(tierRoot, "tier"), 0o755)
+		_, tierEP := ossemutest.Start(b, tierRoot, ossemu.Options{})
+		src := openOSS(b, "oss://bkt/data/", srcEP, 10)
+		var infos []backends.ObjectInfo
+		for i := range benchFiles {
+			info, err := src.Stat(context.Background(), fmt.Sprintf("shard-%d", i))
+			if err != nil {
+				b.Fatal(err)
+			}
+			infos = append(infos, info)
+		}
+		type node struct {
+			dir  string
+			c    *cache.Cache
+			tier *sharedcache.Tier
+		}
+		nodes := make([]*node, n)
+		for i := range nodes {
+			t, err := sharedcache.New(openOSS(b, "oss://tier/mlfsd/", tierEP, 2), sharedcache.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			nodes[i] = &node{dir: b.TempDir(), tier: t}
+			nodes[i].c = newCache(b, nodes[i].dir)
+		}
+		before := srcSrv.Stats()["bytes.out"]
+		results := make([]nodeResult, n)
+		// share is what node i reads: all files, or in epoch e (sharded)
+		// the files of node (i+e) mod n.
+		share := func(i, epoch int) []backends.ObjectInfo {
+			if sched != "sharded" {
+				return infos
+			}
+			var out []backends.ObjectInfo
+			for j, info := range infos {
+				if j%n == (i+epoch)%n {
+					out = append(out, info)
+				}
+			}
+			return out
+		}
+		run := func(idx []int, epoch int) {
+			var wg sync.WaitGroup
+			for _, i := range idx {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					results[i] = readDataset(b, nodes[i].c, nodes[i].tier.Through(src), share(i, epoch))
+				}()
+			}
+			wg.Wait()
+		}
+		flushAll := func() {
+			for _, nd := range nodes {
+				if err := nd.tier.Flush(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		all := []int{}
+		for i := range n {
+			all = append(all, i)
+		}
+		b.StartTimer()
+		switch sched {
+		case "staggered":
+			run([]int{0}, 0)
+			flushAll()
+			run(all[1:], 0)
+		case "together":
+			run(all, 0)
+		case "sharded":
+			run(all, 0)
+			flushAll()
+			run(all, 1)
+		}
+		b.StopTimer()
+		srcBytes := srcSrv.Stats()["bytes.out"] - before
+		for i, r := range results {
+			if want := dataset / int64(len(infos)) * int64(len(share(i, 1))); r.bytes != want {
+				b.Fatalf("node %d read %d bytes of %d", i+1, r.bytes, want)
+			}
+		}
+		// Node 1 again, warm from its own disk: a fresh cache on its dir.
+		if err := nodes[0].c.Close(); err != nil {
+			b.Fatal(err)
+		}
+		warmCache := newCache(b, nodes[0].dir)
+		warm := readDataset(b, warmCache, nodes[0].tier.Through(src), share(0, 0))
+		warmCache.Close()
+		for _, nd := range nodes[1:] {
+			nd.c.Close()
+		}
+		for _, nd := range nodes {
+			nd.tier.Close()
+		}
+		src.Close()
+
+		mibs := func(r nodeResult) float64 { return float64(r.bytes) / (1 << 20) / r.dur.Seconds() }
+		srcPerNode += float64(srcBytes) / float64(n) / (1 << 20)
+		first := 0
+		if staggered && n > 1 {
+			first = 1 // followers only: the nodes the tier serves
+		}
+		var sum float64
+		for _, r := range results[first:] {
+			sum += mibs(r)
+		}
+		f := sum / float64(n-first)
+		followerMiBs += f
+		ratio += f / mibs(warm)
+		b.Logf("%s nodes=%d: source sent %.1f MiB for a %d MiB dataset (%.2fx); node 1 %.0f MiB/s; per-node (followers in staggered) %.0f MiB/s; node 1 warm local %.0f MiB/s",
+			sched, n, float64(srcBytes)/(1<<20), dataset>>20, float64(srcBytes)/float64(dataset), mibs(results[0]), f, mibs(warm))
+	}
+	b.ReportMetric(srcPerNode/float64(b.N), "src-MiB/node")
+	b.ReportMetric(followerMiBs/float64(b.N), "MiB/s/node")
+	b.ReportMetric(ratio/float64(b.N), "vs-warm-local")
+}
+
+// BenchmarkRawTierGets is the ceiling of the tier path on this machine: 8
+// parallel GETs of 96 1 MiB objects from the tier's emulator through the
+// OSS backend, with no cache, no tier and no checks.
+//
+//	go test -run '^$' -bench RawTierGets -benchtime 1x ./sharedcache/
+func BenchmarkRawTierGets(b *testing.B) {
+	b.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	b.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	root := b.TempDir()
+	os.MkdirAll(filepath.Join(root, "tier", "x"), 0o755)
+	buf := make([]byte, 1<<20)
+	const objects = 96
+	for i := range objects {
+		os.WriteFile(filepath.Join(root, "tier", "x", fmt.Sprint(i)), buf, 0o644)
+	}
+	_, ep := ossemutest.Start(b, root, ossemu.Options{})
+	be := openOSS(b, "oss://tier/x/", ep, 2)
+	defer be.Close()
+	get := func(i int) { // b.Error: called from several goroutines
+		r, err := be.Read(context.Background(), fmt.Sprint(i), backends.ReadOptions{Length: -1})
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer r.Close()
+		if n, err := io.Copy(io.Discard, r); err != nil || n != 1<<20 {
+			b.Errorf("object %d: %d bytes, %v", i, n, err)
+		}
+	}
+	for i := range objects { // the emulator records each seeded file's checksums once
+		get(i)
+	}
+	var total time.Duration
+	for range b.N {
+		start := time.Now()
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < objects; i += 8 {
+					get(i)
+				}
+			}()
+		}
+		wg.Wait()
+		total += time.Since(start)
+	}
+	b.ReportMetric(float64(objects*b.N)/total.Seconds(), "MiB/s")
+}

@@ -1,0 +1,110 @@
+package sharedcache
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+)
+
+// A block in the tier is one object:
+//
+//	magic (8 bytes) | header length (uint32, big endian) | header (JSON) | data
+//
+// The header names what the data is (source identity, key, version, block
+// index, length) and its CRC-32C, so a block is served only when every one
+// of those matches what the reader asked for: a truncated upload, a flipped
+// bit, or an object written under the wrong name (a bug, a collision, an
+// operator's copy) is a miss, never wrong bytes.
+
+// magic starts every block object; the digit is the format version.
+const magic = "MLFSSC1\n"
+
+// maxHeader bounds the header a reader accepts (keys are at most 1 KiB on
+// OSS; source identities are URIs).
+const maxHeader = 64 << 10
+
+// blocksPrefix holds every block object; the lease lives beside it.
+const blocksPrefix = "blocks/"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// header describes one block.
+type header struct {
+	Source  string `json:"source"`
+	Key     string `json:"key"`
+	Version string `json:"version"`
+	Block   int64  `json:"block"`
+	Len     int64  `json:"len"`
+	CRC32C  uint32 `json:"crc32c"`
+}
+
+// blockName is the tier key of a block: a hash of (source identity, key,
+// version), so any key of any store maps to a short, safe name, spread
+// over 256 directories, and the block index.
+func blockName(source, key, version string, block int64) string {
+	h := sha256.New()
+	for _, s := range []string{source, key, version} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	return blocksPrefix + sum[:2] + "/" + sum + "." + strconv.FormatInt(block, 10)
+}
+
+// encodeHeader returns what precedes data in its block object.
+func encodeHeader(h header, data []byte) []byte {
+	h.Len = int64(len(data))
+	h.CRC32C = crc32.Checksum(data, castagnoli)
+	hj, err := json.Marshal(h)
+	if err != nil {
+		panic(err) // strings and integers always marshal
+	}
+	out := make([]byte, 0, len(magic)+4+len(hj))
+	out = append(out, magic...)
+	out = binary.BigEndian.AppendUint32(out, uint32(len(hj)))
+	return append(out, hj...)
+}
+
+// encodeBlock returns the whole object stored for data.
+func encodeBlock(h header, data []byte) []byte {
+	return append(encodeHeader(h, data), data...)
+}
+
+// errCorrupt marks a block object that is not the block asked for.
+var errCorrupt = errors.New("shared cache block corrupt")
+
+// decodeBlock checks raw against want (all but Len and CRC32C) and returns
+// its data, a sub-slice of raw.
+func decodeBlock(raw []byte, want header) ([]byte, error) {
+	if len(raw) < len(magic)+4 || !bytes.Equal(raw[:len(magic)], []byte(magic)) {
+		return nil, fmt.Errorf("%w: no block header", errCorrupt)
+	}
+	hl := int(binary.BigEndian.Uint32(raw[len(magic):]))
+	rest := raw[len(magic)+4:]
+	if hl > maxHeader || hl > len(rest) {
+		return nil, fmt.Errorf("%w: header length %d of %d bytes", errCorrupt, hl, len(rest))
+	}
+	var h header
+	if err := json.Unmarshal(rest[:hl], &h); err != nil {
+		return nil, fmt.Errorf("%w: header: %v", errCorrupt, err)
+	}
+	if h.Source != want.Source || h.Key != want.Key || h.Version != want.Version || h.Block != want.Block {
+		return nil, fmt.Errorf("%w: holds %s %q version %q block %d", errCorrupt, h.Source, h.Key, h.Version, h.Block)
+	}
+	data := rest[hl:]
+	if int64(len(data)) != h.Len {
+		return nil, fmt.Errorf("%w: %d data bytes, header says %d", errCorrupt, len(data), h.Len)
+	}
+	if crc32.Checksum(data, castagnoli) != h.CRC32C {
+		return nil, fmt.Errorf("%w: checksum mismatch", errCorrupt)
+	}
+	return data, nil
+}

@@ -1,0 +1,58 @@
+package sharedcache
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metric names, for dashboards and tests (the node registry serves them).
+const (
+	MetricHits        = "mlfsd_shared_cache_hits_total"
+	MetricHitBytes    = "mlfsd_shared_cache_hit_bytes_total"
+	MetricMisses      = "mlfsd_shared_cache_misses_total"
+	MetricCorrupt     = "mlfsd_shared_cache_corrupt_blocks_total"
+	MetricFallbacks   = "mlfsd_shared_cache_fallbacks_total"
+	MetricWrites      = "mlfsd_shared_cache_writes_total"
+	MetricWriteBytes  = "mlfsd_shared_cache_written_bytes_total"
+	MetricWriteErrors = "mlfsd_shared_cache_write_errors_total"
+	MetricDropped     = "mlfsd_shared_cache_dropped_blocks_total"
+	MetricSweeps      = "mlfsd_shared_cache_sweeps_total"
+	MetricSweptBytes  = "mlfsd_shared_cache_swept_bytes_total"
+)
+
+// collector exports a Tier's Stats at scrape time.
+type collector struct {
+	t     *Tier
+	descs []*prometheus.Desc
+}
+
+// Collector returns a Prometheus collector of the tier's counters, each
+// labelled store=<the tier's store>.
+func (t *Tier) Collector() prometheus.Collector {
+	l := prometheus.Labels{"store": t.store.ID()}
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, l) }
+	return &collector{t: t, descs: []*prometheus.Desc{
+		d(MetricHits, "Blocks served from the shared cache tier."),
+		d(MetricHitBytes, "Bytes served from the shared cache tier."),
+		d(MetricMisses, "Blocks looked up in the shared cache tier and not found (corrupt ones included)."),
+		d(MetricCorrupt, "Blocks of the shared cache tier that failed their header or checksum check (read from the source instead, and overwritten)."),
+		d(MetricFallbacks, "Reads sent to the source because the shared cache tier failed, timed out or was backing off after a failure."),
+		d(MetricWrites, "Blocks written to the shared cache tier."),
+		d(MetricWriteBytes, "Block bytes written to the shared cache tier."),
+		d(MetricWriteErrors, "Block writes to the shared cache tier that failed."),
+		d(MetricDropped, "Blocks not written to the shared cache tier: its write queue was full or it was failing."),
+		d(MetricSweeps, "Size-bound sweeps of the shared cache tier this node ran under the lease."),
+		d(MetricSweptBytes, "Bytes those sweeps deleted."),
+	}}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.t.Stats()
+	for i, v := range []int64{s.Hits, s.HitBytes, s.Misses, s.Corrupt, s.Fallbacks, s.Writes, s.WriteBytes,
+		s.WriteErrors, s.Dropped, s.Sweeps, s.SweptBytes} {
+		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(v))
+	}
+}

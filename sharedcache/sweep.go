@@ -1,0 +1,168 @@
+package sharedcache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// The size bound. Every node runs a sweeper; a sweep runs only on the node
+// that holds the lease, an object beside the blocks naming its holder and
+// its expiry. The Backend contract has no conditional create, so a lease
+// is taken by writing it and reading it back: two nodes racing for an
+// expired lease can, rarely, both sweep. That is harmless: a sweep only
+// deletes the oldest blocks, and a block deleted twice, or deleted while
+// hot, is a miss that the next reader writes again. A store with a
+// lifecycle rule (OSS, S3, MinIO: expire objects N days after creation)
+// can bound the tier instead: run with MaxBytes 0 and no node sweeps.
+
+// leaseKey is the lease object, outside blocksPrefix.
+const leaseKey = "sweep.lease"
+
+// lowWater: a sweep deletes down to this share of MaxBytes, so it does not
+// run again at the next block written.
+const lowWater = 0.9
+
+type lease struct {
+	Holder  string    `json:"holder"`
+	Expires time.Time `json:"expires"`
+}
+
+func (t *Tier) sweeper() {
+	defer t.wg.Done()
+	// Nodes started together spread their first tries over a period.
+	next := time.Duration(rand.Int64N(int64(t.opt.SweepEvery)))
+	timer := time.NewTimer(next)
+	defer timer.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		if _, err := t.Sweep(t.ctx); err != nil && t.ctx.Err() == nil {
+			t.opt.Log.Warn("shared cache sweep", "store", t.store.ID(), "err", err)
+		}
+		timer.Reset(t.opt.SweepEvery)
+	}
+}
+
+// SweepResult says what one Sweep did.
+type SweepResult struct {
+	Ran                bool  // this node held the lease and swept
+	Blocks, Bytes      int64 // what the tier held before
+	Deleted, Reclaimed int64 // blocks and bytes deleted
+}
+
+// Sweep deletes the oldest blocks beyond MaxBytes if this node gets the
+// sweep lease; with MaxBytes 0 it does nothing.
+func (t *Tier) Sweep(ctx context.Context) (SweepResult, error) {
+	var res SweepResult
+	if t.opt.MaxBytes <= 0 {
+		return res, nil
+	}
+	held, err := t.takeLease(ctx)
+	if err != nil || !held {
+		return res, err
+	}
+	res.Ran = true
+	t.st.sweeps.Add(1)
+	var objs []backends.ObjectInfo
+	opt := backends.ListOptions{Prefix: blocksPrefix, Recursive: true}
+	for {
+		page, err := t.store.List(ctx, opt)
+		if err != nil {
+			return res, fmt.Errorf("listing %s%s: %w", t.store.ID(), blocksPrefix, err)
+		}
+		for _, o := range page.Objects {
+			if !o.IsDir {
+				objs = append(objs, o)
+				res.Bytes += o.Size
+			}
+		}
+		if page.NextToken == "" {
+			break
+		}
+		opt.Token = page.NextToken
+	}
+	res.Blocks = int64(len(objs))
+	if res.Bytes <= t.opt.MaxBytes {
+		return res, nil
+	}
+	// Oldest written first: stores keep no access time, and a hot block
+	// deleted is written again by its next miss.
+	sort.Slice(objs, func(i, j int) bool { return objs[i].ModTime.Before(objs[j].ModTime) })
+	target := int64(float64(t.opt.MaxBytes) * lowWater)
+	total := res.Bytes
+	for _, o := range objs {
+		if total <= target {
+			break
+		}
+		err := t.store.Delete(ctx, o.Key)
+		if err != nil && !errors.Is(err, backends.ErrNotExist) {
+			return res, fmt.Errorf("deleting %s: %w", o.Key, err)
+		}
+		total -= o.Size
+		res.Deleted++
+		res.Reclaimed += o.Size
+		t.st.sweptBytes.Add(o.Size)
+	}
+	t.opt.Log.Info("shared cache swept", "store", t.store.ID(), "blocks", res.Blocks, "bytes", res.Bytes, "deleted", res.Deleted, "reclaimed", res.Reclaimed)
+	return res, nil
+}
+
+// takeLease reports whether this node holds the sweep lease, taking or
+// renewing it when it is free, expired, or already this node's.
+func (t *Tier) takeLease(ctx context.Context) (bool, error) {
+	cur, err := t.readLease(ctx)
+	if err != nil && !errors.Is(err, backends.ErrNotExist) {
+		return false, err
+	}
+	now := time.Now()
+	if err == nil && cur.Holder != t.opt.Holder && now.Before(cur.Expires) {
+		return false, nil
+	}
+	body, _ := json.Marshal(lease{Holder: t.opt.Holder, Expires: now.Add(t.opt.LeaseTTL)})
+	w, err := t.store.Write(ctx, leaseKey, backends.WriteOptions{SizeHint: int64(len(body))})
+	if err != nil {
+		return false, err
+	}
+	if _, err := w.Write(body); err != nil {
+		w.Abort(ctx)
+		return false, err
+	}
+	if _, err := w.Commit(ctx); err != nil {
+		return false, err
+	}
+	// Read back: of nodes writing at once, the last write wins.
+	cur, err = t.readLease(ctx)
+	if err != nil {
+		return false, err
+	}
+	return cur.Holder == t.opt.Holder, nil
+}
+
+func (t *Tier) readLease(ctx context.Context) (lease, error) {
+	var l lease
+	r, err := t.store.Read(ctx, leaseKey, backends.ReadOptions{Length: -1})
+	if err != nil {
+		return l, err
+	}
+	defer r.Close()
+	b, err := io.ReadAll(io.LimitReader(r, 64<<10))
+	if err != nil {
+		return l, err
+	}
+	if err := json.Unmarshal(b, &l); err != nil {
+		// A torn or foreign lease object: treat it as expired.
+		return lease{}, nil
+	}
+	return l, nil
+}

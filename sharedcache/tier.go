@@ -1,0 +1,457 @@
+// Package sharedcache is a cluster-wide block-cache tier that sits between a
+// node's local cache (memory, then disk) and the source: the nodes of a
+// cluster that read one dataset fetch each block of it from the source
+// once, and from then on from the tier, which lives on a store the cluster
+// already runs (an in-region bucket such as an OSS accelerator, or an
+// in-cluster S3-compatible store such as MinIO or SeaweedFS), reached
+// through the backends.Backend contract like any source.
+//
+// The node's cache plugs it in by reading its source through Through(b): a
+// ranged read of b asks the tier for each block first; a block the tier
+// lacks, holds corrupt, or cannot deliver within Options.Timeout is read
+// from b, and a block read whole from b is written to the tier behind the
+// reader (a bounded queue; dropped, and counted, when full). The tier never
+// turns a read that the source can answer into an error, and never serves a
+// block whose header and checksum do not match what was asked (format.go).
+//
+// Blocks are keyed by (source identity, key, version, block index), so a
+// changed object is never served stale. An object no larger than a block is
+// one block: stored whole, in one object. The tier's size is bounded by a
+// sweep that one node at a time runs under a lease (sweep.go), or by the
+// store's own lifecycle rule.
+//
+// Lock order: Tier.mu is a leaf.
+package sharedcache
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/semaphore"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// Options configure a Tier. Zero fields take the defaults of DefaultOptions.
+type Options struct {
+	// BlockSize is the unit stored in the tier. Give it the node cache's
+	// block size, so that every read the cache sends maps onto whole blocks.
+	BlockSize int64
+	// MaxBytes bounds the bytes the tier holds; the sweep deletes the
+	// oldest blocks beyond it. 0: no sweep (the store's lifecycle rule
+	// bounds it).
+	MaxBytes int64
+	// Timeout bounds one block read from the tier, body included; past it
+	// the block is read from the source. Keep it well under the source's
+	// own deadline: the tier is there to be faster than the source.
+	Timeout time.Duration
+	// WriteTimeout bounds one block write to the tier.
+	WriteTimeout time.Duration
+	// Backoff: after the tier failed (an error or a timeout, not a plain
+	// miss), reads skip it for this long, so a tier that is down costs one
+	// failed request per Backoff, not one per block.
+	Backoff time.Duration
+	// QueueBytes bounds the blocks waiting to be written to the tier.
+	QueueBytes int64
+	// Writers is the number of block writes in flight.
+	Writers int
+	// SweepEvery is how often a node tries to take the sweep lease; the
+	// lease lasts LeaseTTL. A node that crashes mid-sweep holds the lease
+	// until it expires.
+	SweepEvery, LeaseTTL time.Duration
+	// Holder names this node in the lease (default: host name and pid).
+	Holder string
+	// Log receives state changes (tier down, sweeps); nil discards.
+	Log *slog.Logger
+
+	// noVerify serves blocks without checking header and checksum, and
+	// noVersion keys blocks without the version: the mutants that prove
+	// the conformance suite catches both (tests only).
+	noVerify, noVersion bool
+}
+
+// DefaultOptions returns the defaults of every zero field of Options.
+func DefaultOptions() Options {
+	return Options{
+		BlockSize:    1 << 20,
+		Timeout:      time.Second,
+		WriteTimeout: 30 * time.Second,
+		Backoff:      5 * time.Second,
+		QueueBytes:   128 << 20,
+		Writers:      8,
+		SweepEvery:   5 * time.Minute,
+		LeaseTTL:     10 * time.Minute,
+	}
+}
+
+func (o Options) withDefaults() (Options, error) {
+	d := DefaultOptions()
+	if o.BlockSize == 0 {
+		o.BlockSize = d.BlockSize
+	}
+	if o.Timeout == 0 {
+		o.Timeout = d.Timeout
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = d.WriteTimeout
+	}
+	if o.Backoff == 0 {
+		o.Backoff = d.Backoff
+	}
+	if o.QueueBytes == 0 {
+		o.QueueBytes = d.QueueBytes
+	}
+	if o.Writers == 0 {
+		o.Writers = d.Writers
+	}
+	if o.SweepEvery == 0 {
+		o.SweepEvery = d.SweepEvery
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = d.LeaseTTL
+	}
+	if o.Holder == "" {
+		h, _ := os.Hostname()
+		o.Holder = fmt.Sprintf("%s/%d", h, os.Getpid())
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case o.BlockSize < 4096:
+		return o, fmt.Errorf("shared cache: block size %d is below 4096", o.BlockSize)
+	case o.MaxBytes < 0:
+		return o, fmt.Errorf("shared cache: size bound %d is negative", o.MaxBytes)
+	case o.QueueBytes < o.BlockSize:
+		return o, fmt.Errorf("shared cache: write queue %d holds no block of %d bytes", o.QueueBytes, o.BlockSize)
+	case o.Timeout < 0 || o.WriteTimeout < 0 || o.Backoff < 0 || o.Writers < 0:
+		return o, errors.New("shared cache: negative timeout, backoff or writer count")
+	}
+	return o, nil
+}
+
+// Stats are a Tier's counters since New.
+type Stats struct {
+	Hits, HitBytes int64 // blocks (and their bytes) served from the tier
+	Misses         int64 // blocks the tier did not hold (corrupt ones included)
+	Corrupt        int64 // blocks that failed the header or checksum check
+	// Fallbacks counts reads that went to the source because the tier
+	// failed: an error, its deadline, or its backoff after a failure.
+	Fallbacks          int64
+	Writes, WriteBytes int64 // blocks (and their bytes) written to the tier
+	WriteErrors        int64
+	Dropped            int64 // blocks not written: the queue was full or the tier down
+	Sweeps             int64 // sweeps this node ran (holding the lease)
+	SweptBytes         int64 // bytes those sweeps deleted
+}
+
+type counters struct {
+	hits, hitBytes, misses, corrupt, fallbacks atomic.Int64
+	writes, writeBytes, writeErrors, dropped   atomic.Int64
+	sweeps, sweptBytes                         atomic.Int64
+}
+
+// Tier is a shared block tier on one store. It is safe for concurrent use.
+type Tier struct {
+	store  backends.Backend
+	opt    Options
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	queue  chan writeJob
+	room   *semaphore.Weighted // QueueBytes of queued block data
+	st     counters
+	// lastHit: the last block a range began with was in the tier. A
+	// range then asks for all its blocks at once; after a miss, for its
+	// first block alone (a node reading cold costs the tier one lookup
+	// per range, not one per block).
+	lastHit atomic.Bool
+	bufs    sync.Pool // *[]byte of BlockSize+4096: block objects read (getBuf)
+	// downUntil (Unix nanoseconds): reads skip the tier until then. An
+	// atomic, not under mu: every block read checks it.
+	downUntil atomic.Int64
+
+	mu      sync.Mutex
+	pending int           // GUARDED_BY(mu): blocks queued or being written
+	idle    chan struct{} // GUARDED_BY(mu): closed when pending drops to 0
+	closed  bool          // GUARDED_BY(mu)
+}
+
+type writeJob struct {
+	name string
+	h    header
+	data []byte
+}
+
+// New starts a tier on store (a directory of it that only the tier uses).
+// The tier owns store: Close closes it.
+func New(store backends.Backend, opt Options) (*Tier, error) {
+	opt, err := opt.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &Tier{
+		store:  store,
+		opt:    opt,
+		ctx:    ctx,
+		cancel: cancel,
+		queue:  make(chan writeJob, opt.QueueBytes/opt.BlockSize+1),
+		room:   semaphore.NewWeighted(opt.QueueBytes),
+	}
+	for range opt.Writers {
+		t.wg.Add(1)
+		go t.writer()
+	}
+	if opt.MaxBytes > 0 {
+		t.wg.Add(1)
+		go t.sweeper()
+	}
+	return t, nil
+}
+
+// Store is the backend the tier lives on.
+func (t *Tier) Store() backends.Backend { return t.store }
+
+// Stats returns the tier's counters.
+func (t *Tier) Stats() Stats {
+	return Stats{
+		Hits: t.st.hits.Load(), HitBytes: t.st.hitBytes.Load(), Misses: t.st.misses.Load(),
+		Corrupt: t.st.corrupt.Load(), Fallbacks: t.st.fallbacks.Load(),
+		Writes: t.st.writes.Load(), WriteBytes: t.st.writeBytes.Load(), WriteErrors: t.st.writeErrors.Load(),
+		Dropped: t.st.dropped.Load(), Sweeps: t.st.sweeps.Load(), SweptBytes: t.st.sweptBytes.Load(),
+	}
+}
+
+// Flush waits until every block queued so far is written (or failed), for
+// tests and benchmarks that need the tier settled.
+func (t *Tier) Flush(ctx context.Context) error {
+	t.mu.Lock()
+	if t.pending == 0 {
+		t.mu.Unlock()
+		return nil
+	}
+	if t.idle == nil {
+		t.idle = make(chan struct{})
+	}
+	idle := t.idle
+	t.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops the writers (blocks still queued are dropped) and the
+// sweeper, and closes the store.
+func (t *Tier) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.mu.Unlock()
+	t.cancel()
+	t.wg.Wait()
+	return t.store.Close()
+}
+
+// up reports whether reads may try the tier now.
+func (t *Tier) up() bool {
+	return time.Now().UnixNano() >= t.downUntil.Load()
+}
+
+// failed records a failure of the tier: reads skip it for Backoff.
+func (t *Tier) failed(op string, err error) {
+	now := time.Now()
+	wasUp := now.UnixNano() >= t.downUntil.Swap(now.Add(t.opt.Backoff).UnixNano())
+	if wasUp {
+		t.opt.Log.Warn("shared cache failing; reading from the source", "store", t.store.ID(), "op", op, "err", err, "retry_in", t.opt.Backoff)
+	}
+}
+
+// get returns block data from the tier, or ok false on a miss, a corrupt
+// block or a failure (each counted).
+//
+// On a hit, data lies in *buf, which the caller hands back with putBuf
+// once it no longer reads data.
+func (t *Tier) get(ctx context.Context, want header) (data []byte, buf *[]byte, ok bool) {
+	if t.ctx.Err() != nil { // closed: the source serves what is still read
+		return nil, nil, false
+	}
+	name := t.name(want)
+	ctx, cancel := context.WithTimeout(ctx, t.opt.Timeout)
+	defer cancel()
+	r, err := t.store.Read(ctx, name, backends.ReadOptions{Length: -1})
+	var raw []byte
+	if err == nil {
+		// A block object is at most its header beyond a block; read it
+		// into one buffer of about that size (io.ReadAll would grow one
+		// from 512 bytes, copying the block ~12 times).
+		buf = t.getBuf()
+		bb := bytes.NewBuffer((*buf)[:0])
+		_, err = bb.ReadFrom(io.LimitReader(r, t.opt.BlockSize+int64(len(magic))+4+maxHeader))
+		raw = bb.Bytes()
+		r.Close()
+		if err != nil {
+			t.putBuf(buf)
+		}
+	}
+	switch {
+	case errors.Is(err, backends.ErrNotExist):
+		t.st.misses.Add(1)
+		return nil, nil, false
+	case err != nil && (errors.Is(ctx.Err(), context.Canceled) || t.ctx.Err() != nil):
+		return nil, nil, false // the reader gave up on this block (it missed an earlier one, or closed), or the tier closed
+	case err != nil:
+		if ctx.Err() != nil && t.ctx.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("no block within %v: %w", t.opt.Timeout, err)
+		}
+		t.st.fallbacks.Add(1)
+		t.failed("read", err)
+		return nil, nil, false
+	}
+	if t.opt.noVerify {
+		if len(raw) > len(magic)+4 {
+			hl := int(uint32(raw[len(magic)])<<24 | uint32(raw[len(magic)+1])<<16 | uint32(raw[len(magic)+2])<<8 | uint32(raw[len(magic)+3]))
+			if len(magic)+4+hl <= len(raw) {
+				data = raw[len(magic)+4+hl:]
+			}
+		}
+	} else {
+		data, err = decodeBlock(raw, want)
+		if err != nil {
+			t.st.corrupt.Add(1)
+			t.st.misses.Add(1)
+			t.opt.Log.Warn("shared cache: block ignored", "name", name, "err", err)
+			t.putBuf(buf)
+			return nil, nil, false
+		}
+	}
+	t.st.hits.Add(1)
+	t.st.hitBytes.Add(int64(len(data)))
+	return data, buf, true
+}
+
+// getBuf returns a buffer for one block object read from the tier: reused,
+// since a node reading from the tier at 1 GB/s would otherwise allocate a
+// block a millisecond for the collector to clear.
+func (t *Tier) getBuf() *[]byte {
+	if b, ok := t.bufs.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, t.opt.BlockSize+4096)
+	return &b
+}
+
+func (t *Tier) putBuf(b *[]byte) {
+	if b != nil {
+		t.bufs.Put(b)
+	}
+}
+
+func (t *Tier) name(h header) string {
+	return blockName(h.Source, h.Key, h.Version, h.Block)
+}
+
+// offer queues a block read whole from the source for writing to the
+// tier; it never waits. data must not change afterwards.
+func (t *Tier) offer(h header, data []byte) {
+	n := int64(len(data))
+	if !t.up() || !t.room.TryAcquire(n) {
+		t.st.dropped.Add(1)
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		t.room.Release(n)
+		t.st.dropped.Add(1)
+		return
+	}
+	t.pending++
+	t.mu.Unlock()
+	select {
+	case t.queue <- writeJob{name: t.name(h), h: h, data: data}:
+	default: // cannot happen: the channel holds more blocks than the room
+		t.done(n)
+		t.st.dropped.Add(1)
+	}
+}
+
+// done ends one queued write.
+func (t *Tier) done(n int64) {
+	t.room.Release(n)
+	t.mu.Lock()
+	t.pending--
+	if t.pending == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+	t.mu.Unlock()
+}
+
+func (t *Tier) writer() {
+	defer t.wg.Done()
+	for {
+		select {
+		case <-t.ctx.Done():
+			for {
+				select {
+				case j := <-t.queue:
+					t.st.dropped.Add(1)
+					t.done(int64(len(j.data)))
+				default:
+					return
+				}
+			}
+		case j := <-t.queue:
+			if !t.up() {
+				t.st.dropped.Add(1)
+			} else if err := t.put(j); err != nil {
+				t.st.writeErrors.Add(1)
+				if t.ctx.Err() == nil {
+					t.failed("write", err)
+				}
+			} else {
+				t.st.writes.Add(1)
+				t.st.writeBytes.Add(int64(len(j.data)))
+			}
+			t.done(int64(len(j.data)))
+		}
+	}
+}
+
+// put writes one block object: header, then the data, committed at once
+// (a reader never sees a partial object; a torn one fails its checks).
+func (t *Tier) put(j writeJob) error {
+	ctx, cancel := context.WithTimeout(t.ctx, t.opt.WriteTimeout)
+	defer cancel()
+	// The header, then the data streamed after it: no copy of the block.
+	enc := encodeHeader(j.h, j.data)
+	w, err := t.store.Write(ctx, j.name, backends.WriteOptions{SizeHint: int64(len(enc) + len(j.data))})
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(enc); err != nil {
+		w.Abort(ctx)
+		return err
+	}
+	if _, err := w.Write(j.data); err != nil {
+		w.Abort(ctx)
+		return err
+	}
+	_, err = w.Commit(ctx)
+	return err
+}
