@@ -292,7 +292,10 @@ func (c *Cache) open(v *View, b backends.Backend, info backends.ObjectInfo) (Han
 		// Small objects: one whole-object request, started now, so that
 		// small files opened by parallel readers load in parallel; and
 		// a directory whose files keep missing the cache is warmed.
-		e.ensure(src, 0, e.nblocks-1, e.nblocks, false)
+		// Blocks memory holds (fetched ahead by directory warming, or
+		// by an earlier open, and not on disk: the write queue was full)
+		// are read from there, not fetched again.
+		e.ensure(src, 0, e.nblocks-1, e.nblocks, true)
 		c.noteSmallOpen(src)
 	}
 	return h, nil
