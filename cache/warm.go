@@ -100,15 +100,6 @@ func (c *Cache) warmDir(b backends.Backend, v *View, dir string) error {
 				c.warmSem.Release(1)
 				return nil
 			}
-			// A request slot, taken behind every reader's own fetch,
-			// before the file is marked in flight (see source.slotHeld).
-			if err := c.total.acquire(c.ctx, true); err != nil {
-				c.warmSem.Release(1)
-				c.mu.Lock()
-				c.warmPending -= o.Size
-				c.mu.Unlock()
-				return nil // closing
-			}
 			files++
 			c.wg.Add(1)
 			go func() {
@@ -127,8 +118,7 @@ func (c *Cache) warmDir(b backends.Backend, v *View, dir string) error {
 	}
 }
 
-// warmOne fetches one object whole unless it is cached or being fetched,
-// with the request slot the caller holds, which it gives back or hands on.
+// warmOne fetches one object whole unless it is cached or being fetched.
 func (c *Cache) warmOne(b backends.Backend, v *View, o backends.ObjectInfo) {
 	id := objectID(b.ID(), o.Key, o.Version)
 	c.mu.Lock()
@@ -141,15 +131,20 @@ func (c *Cache) warmOne(b backends.Backend, v *View, o backends.ObjectInfo) {
 	}
 	c.mu.Unlock()
 	if busy {
-		c.total.release()
 		return
 	}
 	e, err := c.pin(id, o.Size)
 	if err != nil {
-		c.total.release()
 		return
 	}
 	defer c.release(e)
+	// A request slot, taken behind every reader's own fetch, before the
+	// file is marked in flight (see source.slotHeld), and after the pin
+	// created its disk file (which costs more than a millisecond on a
+	// busy disk: not time to hold a slot for).
+	if err := c.total.acquire(c.ctx, true); err != nil {
+		return // closing
+	}
 	// Blocks still in memory (a reader fetched them and the disk tier
 	// skipped them) are not fetched again.
 	fs := e.ensure(source{b: b, key: o.Key, version: o.Version, view: v, warm: true, slotHeld: true}, 0, e.nblocks-1, e.nblocks, true)
