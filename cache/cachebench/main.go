@@ -8,14 +8,21 @@
 //     reading the cache file directly;
 //   - cold: sequential read of the same object through a mount with an empty
 //     cache ÷ an ideal parallel ranged reader of the emulator without FUSE;
-//   - epochs: many small files read in shuffled order by parallel readers,
-//     cold and then warm, each ÷ the same epoch on local disk;
+//   - small (--only small): an epoch over 2,000 files of 100 KiB in 20
+//     directories, read whole in a shuffled order by 8 readers: cold with
+//     directory prefetch and cold without (--no-prefetch-dirs), each
+//     ÷ an ideal client issuing 64 whole-object GETs in flight without FUSE
+//     (measured before and after the mounts, in the same run); then warm
+//     (the same mount) ÷ the same epoch on local disk;
+//   - list (--only list): a cold `ls -l` and `ls -f` of one directory of
+//     100,000 entries through a fresh mount, and the OSS backend listing it
+//     page after page without FUSE (what the store alone costs);
 //   - the daemon's peak RSS (VmHWM) against --cache-memory + 256 MiB.
 //
 // Usage (as root, FUSE needs it):
 //
 //	go build -o /tmp/mlfsd ./cmd/mlfsd
-//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3
+//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|small|list]
 package main
 
 import (
