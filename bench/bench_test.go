@@ -9,9 +9,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/vg"
 )
 
 // tiny is a dataset small enough for unit tests but with every feature:
@@ -528,5 +532,37 @@ func TestCompareColdLimit(t *testing.T) {
 	}
 	if _, err := Compare(reps, "local", "nobody"); err == nil {
 		t.Error("an unknown --cold-limit was accepted")
+	}
+
+	// The plot shows the same ratios, on a linear axis.
+	p, got := cmp.ratioPlot("seq1", vg.Inch*4)
+	if _, ok := p.Y.Scale.(plot.LinearScale); !ok {
+		t.Errorf("ratio axis scale %T; want linear", p.Y.Scale)
+	}
+	want := [][]float64{{2, 1, 0.5}, {1, 0, 0.5}} // cold ÷ direct, warm ÷ local; direct has no warm row
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("plotted ratios %v; want %v", got, want)
+	}
+	if p.Y.Min != 0 || p.Y.Max < 2 || p.Y.Max > ratioAxisMax {
+		t.Errorf("axis %v..%v; want from 0, past the largest ratio (2), at most %v", p.Y.Min, p.Y.Max, ratioAxisMax)
+	}
+	out := filepath.Join(t.TempDir(), "ratios.png")
+	if err := cmp.PlotRatios(out); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Fatalf("ratio plot is not a PNG: %v", err)
+	}
+	noLimit, err := Compare(reps, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := noLimit.PlotRatios(out); err == nil {
+		t.Error("a ratio plot without a limit was drawn")
 	}
 }

@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
@@ -37,15 +39,106 @@ func Plot(path string, reps []*Report) (err error) {
 		return fmt.Errorf("the reports hold no results")
 	}
 
+	return drawTiles(path, workloads, len(targets), func(w string, tileWidth vg.Length) (*plot.Plot, error) {
+		return workloadPlot(w, reps, targets, tileWidth)
+	})
+}
+
+// PlotRatios draws one bar chart per workload into a PNG file: the targets
+// along x, a bar per cache state, and on a linear y axis each figure's ratio
+// to the limit of its row (ColdLimit for cold rows, Limit for the others),
+// the ratios of the tables. A log axis shows ratios as differences of
+// height that have nothing to do with the ratios, so the axis is linear,
+// from 0 to ratioAxisMax at most; a bar above that is drawn to the top and
+// labelled with its ratio and an arrow.
+func (c *Comparison) PlotRatios(path string) error {
+	if c.Limit == "" && c.ColdLimit == "" {
+		return fmt.Errorf("a ratio plot needs a limit (--limit or --cold-limit)")
+	}
+	targets := c.targets()
+	var workloads []string
+	for _, rw := range c.rows() {
+		if c.limitOf(rw) != nil && !slices.Contains(workloads, rw.workload) {
+			workloads = append(workloads, rw.workload)
+		}
+	}
+	if len(workloads) == 0 {
+		return fmt.Errorf("no row has a figure of its limit")
+	}
+	return drawTiles(path, workloads, len(targets), func(w string, tileWidth vg.Length) (*plot.Plot, error) {
+		p, _ := c.ratioPlot(w, tileWidth)
+		return p, nil
+	})
+}
+
+// ratioAxisMax caps the linear axis of ratio plots: the limits of the
+// other rows (local disk on cold rows) are many times the store's, and
+// would flatten every other bar.
+const ratioAxisMax = 2.5
+
+// ratioPlot is one workload's tile of PlotRatios, and the ratios it draws:
+// one slice per cache state, one ratio per target (0: not measured).
+func (c *Comparison) ratioPlot(w string, tileWidth vg.Length) (*plot.Plot, [][]float64) {
+	p := plot.New()
+	targets := c.targets()
+	var rows []row
+	for _, rw := range c.rows() {
+		if rw.workload == w && c.limitOf(rw) != nil {
+			rows = append(rows, rw)
+		}
+	}
+	threads := 0
+	for _, x := range rows[0].cells {
+		if x != nil {
+			threads = x.Threads
+		}
+	}
+	p.Title.Text = fmt.Sprintf("%s (%d thread(s)): %s", w, threads, rows[0].metric)
+	var limits []string
+	for _, rw := range rows {
+		limits = append(limits, rw.cache+" ÷ "+c.limitTarget(rw))
+	}
+	p.Y.Label.Text = "ratio (" + strings.Join(limits, ", ") + ")"
+	barWidth := tileWidth * 0.7 / vg.Length((len(targets)+1)*len(rows))
+	top := 0.0
+	var ratios [][]float64
+	for ri, rw := range rows {
+		l := c.limitOf(rw).Value()
+		b := &bars{width: barWidth, color: plotutil.Color(ri), vals: make([]float64, len(targets)), partial: make([]bool, len(targets)),
+			format: func(v float64) string { return fmt.Sprintf("%.2f×", v) }}
+		b.offset = barWidth * (vg.Length(ri) - vg.Length(len(rows)-1)/2)
+		for ti, x := range rw.cells {
+			if x != nil && l > 0 {
+				b.vals[ti], b.partial[ti] = x.Value()/l, x.Partial
+				top = max(top, b.vals[ti])
+			}
+		}
+		p.Add(b)
+		p.Legend.Add(rw.cache, b)
+		ratios = append(ratios, b.vals)
+	}
+	one := plotter.NewFunction(func(float64) float64 { return 1 })
+	one.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
+	p.Add(one)
+	p.Y.Min = 0
+	p.Y.Max = min(max(top, 1)*1.15, ratioAxisMax)
+	p.Legend.Top = true
+	p.NominalX(targets...)
+	p.X.Min, p.X.Max = -0.5, float64(len(targets))-0.5
+	return p, ratios
+}
+
+// drawTiles lays out one plot per workload, two to a row, into a PNG.
+func drawTiles(path string, workloads []string, ntargets int, tile func(w string, tileWidth vg.Length) (*plot.Plot, error)) (err error) {
 	const cols = 2
-	width := vg.Length(max(8.4, 2.2*float64(len(targets)))) * vg.Inch
+	width := vg.Length(max(8.4, 2.2*float64(ntargets))) * vg.Inch
 	rows := (len(workloads) + cols - 1) / cols
 	grid := make([][]*plot.Plot, rows)
 	for i := range grid {
 		grid[i] = make([]*plot.Plot, cols)
 	}
 	for i, w := range workloads {
-		p, err := workloadPlot(w, reps, targets, width/cols)
+		p, err := tile(w, width/cols)
 		if err != nil {
 			return err
 		}
@@ -147,9 +240,12 @@ func workloadPlot(w string, reps []*Report, targets []string, tileWidth vg.Lengt
 type bars struct {
 	vals    []float64 // one per x position 0, 1, ...; 0 draws nothing
 	partial []bool    // the run stopped at --duration: label gets a '*'
-	width   vg.Length
-	offset  vg.Length
-	color   color.Color
+	// format labels a bar (default num); a bar above the axis is drawn to
+	// its top and its label gets an arrow.
+	format func(float64) string
+	width  vg.Length
+	offset vg.Length
+	color  color.Color
 }
 
 // Plot implements plot.Plotter.
@@ -163,12 +259,19 @@ func (b *bars) Plot(c draw.Canvas, plt *plot.Plot) {
 			continue
 		}
 		x := trX(float64(i)) + b.offset
-		y0, y1 := trY(plt.Y.Min), trY(v)
+		y0, y1 := trY(plt.Y.Min), trY(min(v, plt.Y.Max))
 		pts := []vg.Point{{X: x - b.width/2, Y: y0}, {X: x - b.width/2, Y: y1}, {X: x + b.width/2, Y: y1}, {X: x + b.width/2, Y: y0}}
 		c.FillPolygon(b.color, c.ClipPolygonY(pts))
 		txt := num(v)
+		if b.format != nil {
+			txt = b.format(v)
+		}
 		if b.partial[i] {
 			txt += "*"
+		}
+		if v > plt.Y.Max {
+			txt += " ↑"
+			y1 -= vg.Points(9)
 		}
 		c.FillText(label, vg.Point{X: x, Y: y1 + vg.Points(1)}, txt)
 	}

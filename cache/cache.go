@@ -61,7 +61,7 @@ type Cache struct {
 	mem   *ristretto.Cache[string, blockRef] // each value holds a reference
 	ready *readyBuf                          // fetched blocks not yet read; in front of mem
 	sets  atomic.Int64                       // Sets offered to mem, for setWaitEvery
-	total *semaphore.Weighted                // backend requests in flight, cache-wide
+	total *requestSlots                      // backend requests in flight, cache-wide; demand first
 	// writeQueue bounds the bytes fetched but not yet written to disk.
 	writeQueue *semaphore.Weighted
 
@@ -130,7 +130,7 @@ func New(opt Options) (*Cache, error) {
 		arena:      newArena(int(nblocks), opt.BlockSize, !opt.noPrefault),
 		mem:        mem,
 		ready:      newReadyBuf(readyLimit),
-		total:      semaphore.NewWeighted(int64(opt.TotalRequests)),
+		total:      newRequestSlots(opt.TotalRequests),
 		writeQueue: semaphore.NewWeighted(opt.writeQueueBytes),
 		warmSem:    semaphore.NewWeighted(int64(opt.WarmRequests)),
 		dirOpens:   map[dirKey]int{},
@@ -292,7 +292,10 @@ func (c *Cache) open(v *View, b backends.Backend, info backends.ObjectInfo) (Han
 		// Small objects: one whole-object request, started now, so that
 		// small files opened by parallel readers load in parallel; and
 		// a directory whose files keep missing the cache is warmed.
-		e.ensure(src, 0, e.nblocks-1, e.nblocks, false)
+		// Blocks memory holds (fetched ahead by directory warming, or
+		// by an earlier open, and not on disk: the write queue was full)
+		// are read from there, not fetched again.
+		e.ensure(src, 0, e.nblocks-1, e.nblocks, true)
 		c.noteSmallOpen(src)
 	}
 	return h, nil

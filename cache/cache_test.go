@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -710,5 +711,35 @@ func TestSharedObjectFetchedOnce(t *testing.T) {
 	}
 	if got := b.fetchedBytes(); got != size {
 		t.Fatalf("two readers of a %d-byte object fetched %d bytes: %s", int64(size), got, describeReads(b.readLog()))
+	}
+}
+
+// A directory is warmed once, however many of its files are opened after
+// the WarmAfter-th, and every file of it is fetched once: by warming or by
+// its reader, never both.
+func TestDirectoryWarmedOnce(t *testing.T) {
+	b := newFake("fake://a/")
+	var infos []backends.ObjectInfo
+	for i := range 100 {
+		infos = append(infos, b.put("ds/f"+strconv.Itoa(1000+i)+".jpg", randomData(uint64(900+i), 30<<10)))
+	}
+	c := newTestCache(t, Options{Dir: t.TempDir()})
+	for _, info := range infos {
+		if got := readFile(t, c, b, info); !bytes.Equal(got, b.objects[info.Key].data) {
+			t.Fatalf("%s differs", info.Key)
+		}
+	}
+	c.quiesce()
+	if n := b.listCalls(); n != 1 {
+		t.Fatalf("directory listed %d times by warming; want once", n)
+	}
+	per := map[string]int{}
+	for _, r := range b.readLog() {
+		per[r.key]++
+	}
+	for _, info := range infos {
+		if per[info.Key] != 1 {
+			t.Fatalf("%s fetched %d times; want once", info.Key, per[info.Key])
+		}
 	}
 }

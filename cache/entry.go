@@ -74,6 +74,12 @@ type source struct {
 	// file): their blocks wait for room in the write queue instead of
 	// skipping the disk when it is busy.
 	background bool
+	// slotHeld: the caller took a request slot (Cache.total) for this
+	// fetch already, which the first request ensure starts takes over (and
+	// ensure gives back when it starts none). Warming takes its slot
+	// before it marks a file in flight, so a reader never waits for a
+	// fetch still queued behind other prefetches.
+	slotHeld bool
 }
 
 // blockFetch is one block being fetched; readers wait on done, then take
@@ -126,6 +132,9 @@ func (e *entry) ensure(src source, first, last, reqBlocks int64, checkMem bool) 
 	e.mu.Lock()
 	if e.complete {
 		e.mu.Unlock()
+		if src.slotHeld {
+			e.c.total.release()
+		}
 		return nil
 	}
 	for i := first; i <= last; i++ {
@@ -148,8 +157,12 @@ func (e *entry) ensure(src source, first, last, reqBlocks int64, checkMem bool) 
 		}
 	}
 	e.mu.Unlock()
+	if src.slotHeld && len(runs) == 0 {
+		e.c.total.release()
+	}
 	for _, r := range runs {
 		e.startFetch(src, r.first, r.fetches)
+		src.slotHeld = false
 	}
 	return started
 }
@@ -161,6 +174,9 @@ func (e *entry) startFetch(src source, first int64, fetches []*blockFetch) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		if src.slotHeld {
+			c.total.release()
+		}
 		for i, f := range fetches {
 			e.finishBlock(first+int64(i), f, blockRef{}, errClosed, src)
 		}
@@ -173,11 +189,13 @@ func (e *entry) startFetch(src source, first int64, fetches []*blockFetch) {
 		defer c.wg.Done()
 		defer c.release(e)
 		err := e.sem.Acquire(c.ctx, 1)
-		if err == nil {
-			err = c.total.Acquire(c.ctx, 1)
+		if err == nil && !src.slotHeld {
+			err = c.total.acquire(c.ctx, src.warm)
 			if err != nil {
 				e.sem.Release(1)
 			}
+		} else if err != nil && src.slotHeld {
+			c.total.release()
 		}
 		if err != nil {
 			for i, f := range fetches {
@@ -186,7 +204,7 @@ func (e *entry) startFetch(src source, first int64, fetches []*blockFetch) {
 			return
 		}
 		e.fetch(src, first, fetches)
-		c.total.Release(1)
+		c.total.release()
 		e.sem.Release(1)
 	}()
 }

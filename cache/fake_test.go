@@ -27,6 +27,7 @@ type fakeBackend struct {
 	reads   []readRec
 	gate    chan struct{}
 	ttfb    time.Duration
+	lists   int // List calls
 }
 
 type fakeObject struct {
@@ -72,6 +73,12 @@ func (f *fakeBackend) resetLog() {
 	f.mu.Unlock()
 }
 
+func (f *fakeBackend) listCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists
+}
+
 func (f *fakeBackend) fetchedBytes() int64 {
 	var n int64
 	for _, r := range f.readLog() {
@@ -95,6 +102,7 @@ func (f *fakeBackend) Stat(_ context.Context, key string) (backends.ObjectInfo, 
 func (f *fakeBackend) List(_ context.Context, opt backends.ListOptions) (backends.ListPage, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	var p backends.ListPage
 	seen := map[string]bool{}
 	for k, o := range f.objects {

@@ -69,7 +69,7 @@ func DefaultOptions() Options {
 		TotalRequests:   64,
 		SmallFileBytes:  4 * MiB,
 		WarmAfter:       4,
-		WarmRequests:    32,
+		WarmRequests:    64, // bounded by TotalRequests less what is kept for readers
 	}
 }
 

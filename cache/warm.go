@@ -44,15 +44,22 @@ func (c *Cache) noteSmallOpen(src source) {
 		c.dirOpens = map[dirKey]int{}
 	}
 	n := c.dirOpens[k]
-	if n >= 0 {
-		n++
-		if n >= c.opt.WarmAfter {
-			n = -1 // warmed (or warming): never again
-		}
-		c.dirOpens[k] = n
+	if n < 0 {
+		// Warmed (or warming) already: never again. (Warming again on
+		// every later open listed the directory and queued a pass over
+		// all its files per open: 151 passes in flight, 0.7x the epoch
+		// without warming.)
+		c.warmMu.Unlock()
+		return
 	}
+	n++
+	start := n >= c.opt.WarmAfter
+	if start {
+		n = -1
+	}
+	c.dirOpens[k] = n
 	c.warmMu.Unlock()
-	if n != -1 {
+	if !start {
 		return
 	}
 	c.mu.Lock()
@@ -131,7 +138,16 @@ func (c *Cache) warmOne(b backends.Backend, v *View, o backends.ObjectInfo) {
 		return
 	}
 	defer c.release(e)
-	fs := e.ensure(source{b: b, key: o.Key, version: o.Version, view: v, warm: true}, 0, e.nblocks-1, e.nblocks, false)
+	// A request slot, taken behind every reader's own fetch, before the
+	// file is marked in flight (see source.slotHeld), and after the pin
+	// created its disk file (which costs more than a millisecond on a
+	// busy disk: not time to hold a slot for).
+	if err := c.total.acquire(c.ctx, true); err != nil {
+		return // closing
+	}
+	// Blocks still in memory (a reader fetched them and the disk tier
+	// skipped them) are not fetched again.
+	fs := e.ensure(source{b: b, key: o.Key, version: o.Version, view: v, warm: true, slotHeld: true}, 0, e.nblocks-1, e.nblocks, true)
 	for _, f := range fs {
 		select {
 		case <-f.done:

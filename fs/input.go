@@ -52,7 +52,20 @@ type inputFS struct {
 	// still be listed from the backend only once per mount.
 	mu       sync.Mutex
 	listings map[string]*listing // GUARDED_BY(mu); key of the directory -> listing
+
+	// listAhead bounds the listings of subdirectories fetched ahead of a
+	// walk (see inDir.listAhead).
+	listAhead chan struct{}
 }
+
+// listAheadRequests is how many subdirectory listings are fetched ahead at
+// once, per mount.
+const listAheadRequests = 8
+
+// listAheadDirs is the most subdirectories of one directory whose listings
+// are fetched ahead: a walk of a wide tree finds the next level listed, and
+// a directory of a million subdirectories does not list them all.
+const listAheadDirs = 1024
 
 // listing is one directory's entries, fetched once.
 type listing struct {
@@ -77,7 +90,7 @@ func (f *inputFS) listingOf(key string) *listing {
 // the channel exists, so a typo in a URI fails at mount time rather than as
 // an empty directory.
 func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (gofs.InodeEmbedder, error) {
-	f := &inputFS{b: b, src: opt.Source, log: opt.Log, listings: map[string]*listing{}}
+	f := &inputFS{b: b, src: opt.Source, log: opt.Log, listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests)}
 	if f.src == nil {
 		f.src = DirectSource{}
 	}
@@ -146,6 +159,7 @@ type inDir struct {
 var (
 	_ = (gofs.NodeLookuper)((*inDir)(nil))
 	_ = (gofs.NodeReaddirer)((*inDir)(nil))
+	_ = (gofs.NodeOpendirHandler)((*inDir)(nil))
 	_ = (gofs.NodeGetattrer)((*inDir)(nil))
 	_ = (gofs.NodeCreater)((*inDir)(nil))
 	_ = (gofs.NodeMkdirer)((*inDir)(nil))
@@ -172,7 +186,49 @@ func (d *inDir) listing(ctx context.Context) (map[string]backends.ObjectInfo, sy
 		return nil, ToErrno(d.fsys.log, "list", d.info.Key, err)
 	}
 	l.entries, l.loaded = entries, true
+	d.fsys.listAheadOf(entries)
 	return entries, 0
+}
+
+// listAheadOf fetches, in the background, the listings of up to
+// listAheadDirs subdirectories among entries that are not listed yet,
+// listAheadRequests at a time: a walk of a wide tree (a loader indexing its
+// dataset, find, du) then pays for the round trips of many directories at
+// once instead of one after another. Only one level ahead of what was
+// listed on demand, so the whole tree is never listed unasked.
+func (f *inputFS) listAheadOf(entries map[string]backends.ObjectInfo) {
+	var dirs []backends.ObjectInfo
+	for _, info := range entries {
+		if info.IsDir {
+			dirs = append(dirs, info)
+			if len(dirs) == listAheadDirs {
+				break
+			}
+		}
+	}
+	if len(dirs) == 0 {
+		return
+	}
+	sort.Slice(dirs, func(i, j int) bool { return dirs[i].Key < dirs[j].Key })
+	go func() {
+		for _, info := range dirs {
+			f.listAhead <- struct{}{}
+			go func() {
+				defer func() { <-f.listAhead }()
+				l := f.listingOf(info.Key)
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				if l.loaded {
+					return
+				}
+				// A failure is not kept: the demand listing tries again.
+				d := &inDir{fsys: f, info: info}
+				if entries, err := d.fetch(context.Background()); err == nil {
+					l.entries, l.loaded = entries, true
+				}
+			}()
+		}
+	}()
 }
 
 func (d *inDir) fetch(ctx context.Context) (map[string]backends.ObjectInfo, error) {
@@ -242,6 +298,11 @@ func (d *inDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 	if errno != 0 {
 		return nil, errno
 	}
+	return gofs.NewListDirStream(dirEntries(entries)), 0
+}
+
+// dirEntries is a listing as directory entries, sorted by name.
+func dirEntries(entries map[string]backends.ObjectInfo) []fuse.DirEntry {
 	list := make([]fuse.DirEntry, 0, len(entries))
 	for name, info := range entries {
 		mode := uint32(syscall.S_IFREG)
@@ -251,11 +312,70 @@ func (d *inDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
 		list = append(list, fuse.DirEntry{Name: name, Mode: mode})
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-	return gofs.NewListDirStream(list), 0
+	return list
 }
 
 func (d *inDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	fillAttr(d.info, &out.Attr)
+	return 0
+}
+
+// OpendirHandle opens the directory for reading with the kernel's
+// directory cache on: an input tree never changes under the mount, so the
+// kernel answers later listings of it (a second `ls -l` of 100,000
+// entries) without asking us again.
+func (d *inDir) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	return &inDirHandle{d: d}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
+}
+
+// inDirHandle is one open directory: its sorted entries, read in order
+// (Seekdir moves to an entry by its index).
+type inDirHandle struct {
+	d    *inDir
+	mu   sync.Mutex
+	list []fuse.DirEntry // GUARDED_BY(mu); nil until first read
+	pos  int             // GUARDED_BY(mu)
+}
+
+var (
+	_ = (gofs.FileReaddirenter)((*inDirHandle)(nil))
+	_ = (gofs.FileSeekdirer)((*inDirHandle)(nil))
+)
+
+func (h *inDirHandle) load(ctx context.Context) syscall.Errno {
+	if h.list != nil {
+		return 0
+	}
+	entries, errno := h.d.listing(ctx)
+	if errno != 0 {
+		return errno
+	}
+	h.list = dirEntries(entries)
+	return 0
+}
+
+func (h *inDirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if errno := h.load(ctx); errno != 0 {
+		return nil, errno
+	}
+	if h.pos >= len(h.list) {
+		return nil, 0
+	}
+	e := h.list[h.pos]
+	h.pos++
+	e.Off = uint64(h.pos) // the offset Seekdir continues after e from
+	return &e, 0
+}
+
+func (h *inDirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if errno := h.load(ctx); errno != 0 {
+		return errno
+	}
+	h.pos = int(min(off, uint64(len(h.list))))
 	return 0
 }
 

@@ -10,11 +10,14 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/nas"
@@ -289,5 +292,71 @@ func TestCheckMountpoint(t *testing.T) {
 		if err := mfs.CheckMountpoint(p); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("CheckMountpoint(%s) = %v, want %q", p, err, want)
 		}
+	}
+}
+
+// Listing a directory fetches its subdirectories' listings ahead (a walk of
+// a wide tree then waits for many round trips at once), each still once;
+// and a directory read in many getdents calls lists every entry once, in
+// order, from the kernel's directory cache the second time.
+func TestInputListsSubdirectoriesAhead(t *testing.T) {
+	src := t.TempDir()
+	// d00 holds 3,000 entries: 4 pages of the NAS backend's 1,000.
+	const dirs, wide, d00Pages = 30, 3000, 4
+	for i := range dirs {
+		d := filepath.Join(src, fmt.Sprintf("d%02d", i))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "f"), []byte{byte(i)}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []string
+	for i := range wide {
+		name := fmt.Sprintf("entry-with-a-long-name-%06d", i)
+		want = append(want, name)
+		if err := os.WriteFile(filepath.Join(src, "d00", name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want = append(want, "f")
+	cb := &countingBackend{Backend: newNAS(t, src)}
+	mnt := testMount(t, cb, mfs.InputOptions{})
+	top, err := os.ReadDir(mnt)
+	if err != nil || len(top) != dirs {
+		t.Fatalf("root: %d entries, %v; want %d", len(top), err, dirs)
+	}
+	// The root's listing, then one per subdirectory, without our asking.
+	const lists = 1 + dirs - 1 + d00Pages
+	for deadline := time.Now().Add(time.Minute); cb.lists.Load() < lists; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d List calls after listing the root; want %d (the subdirectories listed ahead)", cb.lists.Load(), lists)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for round := range 2 {
+		// os.ReadDir reads in getdents calls of 8 KiB: many for this one.
+		ents, err := os.ReadDir(filepath.Join(mnt, "d00"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range ents {
+			got = append(got, e.Name())
+		}
+		sort.Strings(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("round %d: d00 lists %d entries, want %d (first %q..)", round, len(got), len(want), got[:min(3, len(got))])
+		}
+	}
+	for i := 1; i < dirs; i++ {
+		b, err := os.ReadFile(filepath.Join(mnt, fmt.Sprintf("d%02d", i), "f"))
+		if err != nil || len(b) != 1 || b[0] != byte(i) {
+			t.Fatalf("d%02d/f: %v, %v", i, b, err)
+		}
+	}
+	if n := cb.lists.Load(); n != lists {
+		t.Fatalf("%d List calls; want %d: each directory listed once", n, lists)
 	}
 }

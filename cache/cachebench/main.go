@@ -8,14 +8,21 @@
 //     reading the cache file directly;
 //   - cold: sequential read of the same object through a mount with an empty
 //     cache ÷ an ideal parallel ranged reader of the emulator without FUSE;
-//   - epochs: many small files read in shuffled order by parallel readers,
-//     cold and then warm, each ÷ the same epoch on local disk;
+//   - small (--only small): an epoch over 2,000 files of 100 KiB in 20
+//     directories, read whole in a shuffled order by 8 readers: cold with
+//     directory prefetch and cold without (--no-prefetch-dirs), each
+//     ÷ an ideal client issuing 64 whole-object GETs in flight without FUSE
+//     (measured before and after the mounts, in the same run); then warm
+//     (the same mount) ÷ the same epoch on local disk;
+//   - list (--only list): a cold `ls -l` and `ls -f` of one directory of
+//     100,000 entries through a fresh mount, and the OSS backend listing it
+//     page after page without FUSE (what the store alone costs);
 //   - the daemon's peak RSS (VmHWM) against --cache-memory + 256 MiB.
 //
 // Usage (as root, FUSE needs it):
 //
 //	go build -o /tmp/mlfsd ./cmd/mlfsd
-//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3
+//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|small|list]
 package main
 
 import (
@@ -50,11 +57,15 @@ import (
 
 type config struct {
 	mlfsd       string
+	emulator    string
 	work        string
 	runs        int
 	bigSize     int64
 	smallFiles  int
+	smallDirs   int
 	smallSize   int64
+	idealGETs   int
+	listEntries int
 	readers     int
 	ttfb        string
 	bandwidth   string
@@ -71,10 +82,14 @@ func main() {
 	var c config
 	var bigSize, smallSize, chunk string
 	flag.StringVar(&c.mlfsd, "mlfsd", "mlfsd", "the mlfsd binary to measure")
+	flag.StringVar(&c.emulator, "emulator", "", "the mlfsd binary whose `emulate oss` serves the data (default: --mlfsd)")
 	flag.StringVar(&c.work, "work", "/var/tmp/mlfsd-cachebench", "work directory (emulator data, cache dirs, mountpoints)")
 	flag.IntVar(&c.runs, "runs", 3, "runs; figures are reported per run and as medians")
 	flag.StringVar(&bigSize, "big-size", "1GiB", "size of the large object")
-	flag.IntVar(&c.smallFiles, "small-files", 10000, "number of small files")
+	flag.IntVar(&c.smallFiles, "small-files", 2000, "number of small files")
+	flag.IntVar(&c.smallDirs, "small-dirs", 20, "directories the small files are spread over")
+	flag.IntVar(&c.idealGETs, "ideal-gets", 64, "parallel whole-object GETs of the small-file epoch's ideal client")
+	flag.IntVar(&c.listEntries, "list-entries", 100000, "entries of the one directory the list workload lists")
 	flag.StringVar(&smallSize, "small-size", "100KiB", "size of each small file")
 	flag.IntVar(&c.readers, "readers", 8, "parallel readers of the small-file epochs")
 	flag.StringVar(&c.ttfb, "ttfb", "20ms", "emulator time to first byte")
@@ -83,7 +98,7 @@ func main() {
 	flag.IntVar(&c.streams, "ideal-streams", 16, "parallel ranged GETs of the ideal reader (the daemon's per-file bound)")
 	flag.StringVar(&chunk, "ideal-chunk", "8MiB", "range size of the ideal reader (the daemon's largest request)")
 	flag.StringVar(&c.mountFlags, "mount-flags", "", "extra flags for `mlfsd mount` (space-separated)")
-	flag.StringVar(&c.only, "only", "", "run only one part: big or small")
+	flag.StringVar(&c.only, "only", "", "run only one part: big, small or list")
 	flag.IntVar(&c.readAheadKB, "read-ahead-kb", 0, "experiment: set the mount's /sys/class/bdi/*/read_ahead_kb after mounting (0: leave the kernel's)")
 	flag.Parse()
 	for _, p := range []struct {
@@ -106,6 +121,9 @@ func main() {
 	}
 }
 
+// wants reports whether the part runs (--only selects one; all by default).
+func (c config) wants(part string) bool { return c.only == "" || c.only == part }
+
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "cachebench:", err)
 	os.Exit(1)
@@ -113,15 +131,24 @@ func fatal(err error) {
 
 // result is one run's figures.
 type result struct {
-	ColdMBs, IdealMBs, ColdRatio    float64
-	ColdCPUPerGiB                   float64 // daemon CPU-seconds (user+system) per GiB of the cold read
-	ColdMinorFaults                 int64   // daemon minor page faults during the cold read
-	ColdRandomReads, ColdBackendMB  int64   // from the cold daemon's closing log: reads not seen as sequential, MB fetched
-	WarmMBs, DirectMBs, WarmRatio   float64
-	WarmGETs                        int64 // emulator GETs during the warm read: must be 0
-	EpochColdS, EpochWarmS, EpochLS float64
-	EpochColdRatio, EpochWarmRatio  float64
-	PeakRSS                         int64
+	ColdMBs, IdealMBs, ColdRatio   float64
+	ColdCPUPerGiB                  float64 // daemon CPU-seconds (user+system) per GiB of the cold read
+	ColdMinorFaults                int64   // daemon minor page faults during the cold read
+	ColdRandomReads, ColdBackendMB int64   // from the cold daemon's closing log: reads not seen as sequential, MB fetched
+	WarmMBs, DirectMBs, WarmRatio  float64
+	WarmGETs                       int64 // emulator GETs during the warm read: must be 0
+	// The small-file epoch: files/s of the ideal client (c.idealGETs
+	// whole-object GETs in flight, no FUSE; the mean of one epoch before
+	// and one after the mounts), of a cold mount with directory prefetch
+	// and of one without, of local disk and of the warm mount.
+	IdealFPS, ColdFPS, ColdNoPrefetchFPS, LocalFPS, WarmFPS float64
+	ColdRatio3, ColdNoPrefetchRatio, WarmRatio3             float64
+	ColdBackendFiles, ColdNoPrefetchBackendFiles            int64 // GETs the emulator served during each cold epoch
+	// The list workload: seconds of a cold `ls -l` of one directory
+	// through a fresh mount, of `ls -f` (names only) through another, and
+	// of listing it with the OSS backend, page after page, without FUSE.
+	ListLSL, ListLSF, ListDirect float64
+	PeakRSS                      int64
 }
 
 func run(c config) error {
@@ -150,13 +177,18 @@ func run(c config) error {
 	var results []result
 	for r := range c.runs {
 		var res result
-		if c.only != "small" {
+		if c.wants("big") {
 			if err := benchBig(ctx, c, emu, ideal, &res); err != nil {
 				return err
 			}
 		}
-		if c.only != "big" {
-			if err := benchSmall(c, emu, emuRoot, r, &res); err != nil {
+		if c.wants("small") {
+			if err := benchSmall(ctx, c, emu, emuRoot, r, &res); err != nil {
+				return err
+			}
+		}
+		if c.wants("list") {
+			if err := benchList(ctx, c, emu, &res); err != nil {
 				return err
 			}
 		}
@@ -168,14 +200,9 @@ func run(c config) error {
 	return nil
 }
 
-// seed writes the emulator's data once (reused while the sizes match).
+// seed writes the emulator's data for the parts that run, once each
+// (reused while the sizes match).
 func seed(c config, root string) error {
-	stamp := filepath.Join(root, fmt.Sprintf(".seeded-%d-%d-%d", c.bigSize, c.smallFiles, c.smallSize))
-	if _, err := os.Stat(stamp); err == nil {
-		return nil
-	}
-	os.RemoveAll(root)
-	fmt.Println("seeding", root)
 	r := rand.New(rand.NewPCG(1, 2))
 	fill := func(path string, size int64) error {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -199,19 +226,57 @@ func seed(c config, root string) error {
 		}
 		return f.Close()
 	}
-	if err := fill(filepath.Join(root, "bench", "big", "file.bin"), c.bigSize); err != nil {
-		return err
+	parts := []struct {
+		name  string
+		stamp string
+		write func() error
+	}{
+		{"big", fmt.Sprintf("%d", c.bigSize), func() error {
+			return fill(filepath.Join(root, "bench", "big", "file.bin"), c.bigSize)
+		}},
+		{"small", fmt.Sprintf("%d-%d-%d", c.smallFiles, c.smallDirs, c.smallSize), func() error {
+			for i := range c.smallFiles {
+				if err := fill(smallPath(c, root, i), c.smallSize); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"list", fmt.Sprintf("%d", c.listEntries), func() error {
+			for i := range c.listEntries {
+				if err := fill(listPath(root, i), int64(i%7)*100); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
 	}
-	for i := range c.smallFiles {
-		if err := fill(smallPath(root, i), c.smallSize); err != nil {
+	for _, p := range parts {
+		if !c.wants(p.name) {
+			continue
+		}
+		stamp := filepath.Join(root, ".seeded-"+p.name+"-"+p.stamp)
+		if _, err := os.Stat(stamp); err == nil {
+			continue
+		}
+		os.RemoveAll(filepath.Join(root, "bench", p.name))
+		fmt.Println("seeding", p.name, "in", root)
+		if err := p.write(); err != nil {
+			return err
+		}
+		if err := os.WriteFile(stamp, nil, 0o644); err != nil {
 			return err
 		}
 	}
-	return os.WriteFile(stamp, nil, 0o644)
+	return nil
 }
 
-func smallPath(root string, i int) string {
-	return filepath.Join(root, "bench", "small", fmt.Sprintf("class%03d", i%100), fmt.Sprintf("img%05d.jpg", i))
+func smallPath(c config, root string, i int) string {
+	return filepath.Join(root, "bench", "small", fmt.Sprintf("class%03d", i%c.smallDirs), fmt.Sprintf("img%05d.jpg", i))
+}
+
+func listPath(root string, i int) string {
+	return filepath.Join(root, "bench", "list", fmt.Sprintf("entry%06d.txt", i))
 }
 
 type emulator struct {
@@ -220,7 +285,11 @@ type emulator struct {
 }
 
 func startEmulator(c config, root string) (*emulator, error) {
-	cmd := exec.Command(c.mlfsd, "emulate", "oss", "--root", root, "--listen", "127.0.0.1:0",
+	bin := c.mlfsd
+	if c.emulator != "" {
+		bin = c.emulator
+	}
+	cmd := exec.Command(bin, "emulate", "oss", "--root", root, "--listen", "127.0.0.1:0",
 		"--ttfb", c.ttfb, "--conn-bandwidth", c.bandwidth)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -587,52 +656,218 @@ func epoch(c config, files []string) (float64, error) {
 	return time.Since(start).Seconds(), nil
 }
 
-func benchSmall(c config, emu *emulator, emuRoot string, r int, res *result) error {
-	cacheDir := filepath.Join(c.work, "cache-small")
-	mnt := filepath.Join(c.work, "mnt-small")
-	os.RemoveAll(cacheDir)
-	m, err := startMount(c, emu, "oss://bench/small/", cacheDir, mnt)
-	if err != nil {
-		return err
+// idealEpoch reads every key whole with c.idealGETs GETs in flight, the
+// way a data loader without FUSE would, and returns files/s.
+func idealEpoch(ctx context.Context, c config, b backends.Backend, keys []string) (float64, error) {
+	start := time.Now()
+	next := make(chan string)
+	errc := make(chan error, c.idealGETs)
+	var wg sync.WaitGroup
+	for range c.idealGETs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 256<<10)
+			for k := range next {
+				r, err := b.Read(ctx, k, backends.ReadOptions{Length: -1})
+				if err != nil {
+					errc <- err
+					continue
+				}
+				for {
+					if _, err := r.Read(buf); err != nil {
+						break
+					}
+				}
+				r.Close()
+			}
+		}()
 	}
-	defer func() { res.PeakRSS = max(res.PeakRSS, m.stop()) }()
-	// A loader lists its dataset, then reads it in a shuffled order.
-	var rel []string
-	err = filepath.WalkDir(mnt, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			rel = append(rel, strings.TrimPrefix(p, mnt+"/"))
-		}
-		return err
-	})
-	if err != nil {
-		return err
+	for _, k := range keys {
+		next <- k
 	}
-	if len(rel) != c.smallFiles {
-		return fmt.Errorf("listed %d files through the mount, want %d", len(rel), c.smallFiles)
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return 0, err
+	default:
 	}
-	shuffle := func(seed uint64, root string) []string {
+	return float64(len(keys)) / time.Since(start).Seconds(), nil
+}
+
+// benchSmall measures the small-file epoch: the ideal client, a cold mount
+// with directory prefetch and one without (in alternating order from run
+// to run), local disk, and the warm mount, all over the same shuffled
+// order of the same files.
+func benchSmall(ctx context.Context, c config, emu *emulator, emuRoot string, r int, res *result) error {
+	rel := make([]string, c.smallFiles)
+	for i := range rel {
+		rel[i] = strings.TrimPrefix(smallPath(c, "", i), "bench/small/")
+	}
+	rnd := rand.New(rand.NewPCG(1, uint64(r)))
+	rnd.Shuffle(len(rel), func(i, j int) { rel[i], rel[j] = rel[j], rel[i] })
+	under := func(root string) []string {
 		out := make([]string, len(rel))
 		for i, p := range rel {
 			out[i] = filepath.Join(root, p)
 		}
-		rnd := rand.New(rand.NewPCG(seed, uint64(r)))
-		rnd.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 		return out
 	}
-	if res.EpochColdS, err = epoch(c, shuffle(1, mnt)); err != nil {
-		return fmt.Errorf("cold epoch: %w", err)
+	u, _ := backends.ParseURI("oss://bench/small/")
+	ideal, err := oss.New(ctx, u, oss.Options{Endpoint: emu.endpoint}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
 	}
-	// The local-disk limit reads the emulator's own files, in the order of
-	// the warm epoch, just before it.
-	local := filepath.Join(emuRoot, "bench", "small")
-	if res.EpochLS, err = epoch(c, shuffle(2, local)); err != nil {
-		return fmt.Errorf("local epoch: %w", err)
+	defer ideal.Close()
+	before, err := idealEpoch(ctx, c, ideal, rel)
+	if err != nil {
+		return fmt.Errorf("ideal epoch: %w", err)
 	}
-	if res.EpochWarmS, err = epoch(c, shuffle(2, mnt)); err != nil {
-		return fmt.Errorf("warm epoch: %w", err)
+	fps := func(secs float64) float64 { return float64(c.smallFiles) / secs }
+	// cold mounts a fresh cache, lists the dataset as a loader does
+	// (untimed), then times one epoch; it returns the mount, still up.
+	cold := func(extra string) (*mount, float64, int64, error) {
+		cacheDir := filepath.Join(c.work, "cache-small")
+		mnt := filepath.Join(c.work, "mnt-small")
+		os.RemoveAll(cacheDir)
+		cc := c
+		cc.mountFlags = strings.TrimSpace(c.mountFlags + " " + extra)
+		m, err := startMount(cc, emu, "oss://bench/small/", cacheDir, mnt)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		n := 0
+		err = filepath.WalkDir(mnt, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				n++
+			}
+			return err
+		})
+		if err == nil && n != c.smallFiles {
+			err = fmt.Errorf("listed %d files through the mount, want %d", n, c.smallFiles)
+		}
+		var secs float64
+		gets := emu.gets()
+		if err == nil {
+			secs, err = epoch(c, under(mnt))
+		}
+		gets = emu.gets() - gets
+		if err != nil {
+			res.PeakRSS = max(res.PeakRSS, m.stop())
+			return nil, 0, 0, err
+		}
+		return m, secs, gets, nil
 	}
-	res.EpochColdRatio = res.EpochLS / res.EpochColdS
-	res.EpochWarmRatio = res.EpochLS / res.EpochWarmS
+	var warmMount *mount
+	runOn := func() error {
+		m, secs, gets, err := cold("")
+		if err != nil {
+			return fmt.Errorf("cold epoch, directory prefetch on: %w", err)
+		}
+		warmMount = m
+		res.ColdFPS, res.ColdBackendFiles = fps(secs), gets
+		// The local-disk limit reads the emulator's own files, in the
+		// order of the warm epoch, just before it.
+		local, err := epoch(c, under(filepath.Join(emuRoot, "bench", "small")))
+		if err != nil {
+			return fmt.Errorf("local epoch: %w", err)
+		}
+		warm, err := epoch(c, under(m.mnt))
+		if err != nil {
+			return fmt.Errorf("warm epoch: %w", err)
+		}
+		res.LocalFPS, res.WarmFPS = fps(local), fps(warm)
+		res.PeakRSS = max(res.PeakRSS, m.stop())
+		warmMount = nil
+		return nil
+	}
+	runOff := func() error {
+		m, secs, gets, err := cold("--no-prefetch-dirs")
+		if err != nil {
+			return fmt.Errorf("cold epoch, directory prefetch off: %w", err)
+		}
+		res.PeakRSS = max(res.PeakRSS, m.stop())
+		res.ColdNoPrefetchFPS, res.ColdNoPrefetchBackendFiles = fps(secs), gets
+		return nil
+	}
+	order := []func() error{runOn, runOff}
+	if r%2 == 1 {
+		order = []func() error{runOff, runOn}
+	}
+	for _, f := range order {
+		if err := f(); err != nil {
+			if warmMount != nil {
+				warmMount.stop()
+			}
+			return err
+		}
+	}
+	after, err := idealEpoch(ctx, c, ideal, rel)
+	if err != nil {
+		return fmt.Errorf("ideal epoch: %w", err)
+	}
+	res.IdealFPS = (before + after) / 2
+	res.ColdRatio3 = res.ColdFPS / res.IdealFPS
+	res.ColdNoPrefetchRatio = res.ColdNoPrefetchFPS / res.IdealFPS
+	res.WarmRatio3 = res.WarmFPS / res.LocalFPS
+	return nil
+}
+
+// benchList times a cold listing of one directory of c.listEntries
+// entries: `ls -l` (names and attributes) and `ls -f` (names only, no
+// sorting), each through a fresh mount, and the OSS backend listing it page
+// by page without FUSE (what the store costs).
+func benchList(ctx context.Context, c config, emu *emulator, res *result) error {
+	u, _ := backends.ParseURI("oss://bench/list/")
+	b, err := oss.New(ctx, u, oss.Options{Endpoint: emu.endpoint}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	start := time.Now()
+	n := 0
+	opt := backends.ListOptions{}
+	for {
+		page, err := b.List(ctx, opt)
+		if err != nil {
+			return fmt.Errorf("direct listing: %w", err)
+		}
+		n += len(page.Objects) + len(page.Prefixes)
+		if page.NextToken == "" {
+			break
+		}
+		opt.Token = page.NextToken
+	}
+	res.ListDirect = time.Since(start).Seconds()
+	if n != c.listEntries {
+		return fmt.Errorf("direct listing: %d entries, want %d", n, c.listEntries)
+	}
+	for _, ls := range []struct {
+		flag string
+		secs *float64
+		want int
+	}{{"-l", &res.ListLSL, c.listEntries + 1}, {"-f", &res.ListLSF, c.listEntries + 2}} {
+		cacheDir := filepath.Join(c.work, "cache-list")
+		mnt := filepath.Join(c.work, "mnt-list")
+		os.RemoveAll(cacheDir)
+		m, err := startMount(c, emu, "oss://bench/list/", cacheDir, mnt)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		out, err := exec.Command("ls", ls.flag, mnt).Output()
+		*ls.secs = time.Since(start).Seconds()
+		res.PeakRSS = max(res.PeakRSS, m.stop())
+		if err != nil {
+			return fmt.Errorf("ls %s %s: %w", ls.flag, mnt, err)
+		}
+		// ls -l adds a "total" line; ls -f lists . and .. where the
+		// filesystem returns them (FUSE mounts of go-fuse do not).
+		if got := strings.Count(string(out), "\n"); got != ls.want && !(ls.flag == "-f" && got == c.listEntries) {
+			return fmt.Errorf("ls %s %s: %d lines, want %d", ls.flag, mnt, got, ls.want)
+		}
+	}
 	return nil
 }
 
@@ -660,7 +895,7 @@ func report(c config, rs []result, rssBound int64) {
 		warmGETs += r.WarmGETs
 	}
 	fmt.Printf("\nmedians of %d runs (emulator: ttfb %s, %s per connection; --cache-memory %s)\n", len(rs), c.ttfb, c.bandwidth, c.cacheMemory)
-	if c.only != "small" {
+	if c.wants("big") {
 		fmt.Printf("warm sequential %s: mount %.0f MB/s / cache file %.0f MB/s = %.2f (emulator GETs during warm reads: %d)\n",
 			humanize.IBytes(uint64(c.bigSize)), col(func(r result) float64 { return r.WarmMBs }), col(func(r result) float64 { return r.DirectMBs }),
 			col(func(r result) float64 { return r.WarmRatio }), warmGETs)
@@ -671,11 +906,24 @@ func report(c config, rs []result, rssBound int64) {
 			col(func(r result) float64 { return r.ColdCPUPerGiB }), col(func(r result) float64 { return float64(r.ColdMinorFaults) }),
 			col(func(r result) float64 { return float64(r.ColdRandomReads) }), col(func(r result) float64 { return float64(r.ColdBackendMB) }))
 	}
-	if c.only != "big" {
-		fmt.Printf("epoch of %d x %s files, %d readers, shuffled: local disk %.2fs; cold %.2fs (ratio %.2f); warm %.2fs (ratio %.2f)\n",
-			c.smallFiles, humanize.IBytes(uint64(c.smallSize)), c.readers, col(func(r result) float64 { return r.EpochLS }),
-			col(func(r result) float64 { return r.EpochColdS }), col(func(r result) float64 { return r.EpochColdRatio }),
-			col(func(r result) float64 { return r.EpochWarmS }), col(func(r result) float64 { return r.EpochWarmRatio }))
+	if c.wants("small") {
+		fmt.Printf("epoch of %d x %s files in %d dirs, %d readers, shuffled, files/s:\n", c.smallFiles, humanize.IBytes(uint64(c.smallSize)), c.smallDirs, c.readers)
+		fmt.Printf("  ideal client (%d whole-object GETs in flight, no FUSE) %.0f\n", c.idealGETs, col(func(r result) float64 { return r.IdealFPS }))
+		fmt.Printf("  cold, directory prefetch on  %.0f = %.2f of ideal (goal >= 0.7; %.0f GETs)\n", col(func(r result) float64 { return r.ColdFPS }),
+			col(func(r result) float64 { return r.ColdRatio3 }), col(func(r result) float64 { return float64(r.ColdBackendFiles) }))
+		fmt.Printf("  cold, directory prefetch off %.0f = %.2f of ideal (%.0f GETs)\n", col(func(r result) float64 { return r.ColdNoPrefetchFPS }),
+			col(func(r result) float64 { return r.ColdNoPrefetchRatio }), col(func(r result) float64 { return float64(r.ColdNoPrefetchBackendFiles) }))
+		fmt.Printf("  on / off per run:")
+		for _, r := range rs {
+			fmt.Printf(" %.2f", r.ColdFPS/r.ColdNoPrefetchFPS)
+		}
+		fmt.Printf("\n  warm %.0f / local disk %.0f = %.2f (goal >= 0.5)\n", col(func(r result) float64 { return r.WarmFPS }),
+			col(func(r result) float64 { return r.LocalFPS }), col(func(r result) float64 { return r.WarmRatio3 }))
+	}
+	if c.wants("list") {
+		fmt.Printf("cold listing of one directory of %d entries, seconds: ls -l %.2f (goal < 3), ls -f %.2f, OSS backend alone (no FUSE) %.2f\n",
+			c.listEntries, col(func(r result) float64 { return r.ListLSL }), col(func(r result) float64 { return r.ListLSF }),
+			col(func(r result) float64 { return r.ListDirect }))
 	}
 	fmt.Printf("daemon peak RSS %s; bound --cache-memory + 256MiB = %s: %s\n", humanize.IBytes(uint64(peak)), humanize.IBytes(uint64(rssBound)),
 		map[bool]string{true: "within", false: "EXCEEDED"}[peak < rssBound])

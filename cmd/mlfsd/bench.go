@@ -261,7 +261,13 @@ as a ratio to that target's (the limit measured in the same session).`,
 				return fmt.Errorf("bench report: %w", err)
 			}
 			if plot != "" {
-				if err := bench.Plot(plot, cmp.Reports); err != nil {
+				// With a limit, the plot shows the tables' ratios, on a
+				// linear axis; without, the figures themselves.
+				draw := func() error { return bench.Plot(plot, cmp.Reports) }
+				if limit != "" || coldLimit != "" {
+					draw = func() error { return cmp.PlotRatios(plot) }
+				}
+				if err := draw(); err != nil {
 					return fmt.Errorf("bench report: --plot: %w", err)
 				}
 			}
@@ -274,7 +280,7 @@ as a ratio to that target's (the limit measured in the same session).`,
 	fl := c.Flags()
 	fl.StringVar(&limit, "limit", "", "target whose figures are the limit (ratios are shown against it)")
 	fl.StringVar(&coldLimit, "cold-limit", "", "target that is the limit of cold rows instead, e.g. a direct reader of the store (bench run URI)")
-	fl.StringVar(&plot, "plot", "", "draw the targets side by side into this PNG file")
+	fl.StringVar(&plot, "plot", "", "draw the targets side by side into this PNG file (with a limit: the ratios, on a linear axis)")
 	fl.BoolVar(&markdown, "markdown", false, "print Markdown tables (for docs/PERFORMANCE.md)")
 	return c
 }
