@@ -3,10 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,6 +105,156 @@ func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 	f.Close()
 	dh.Close()
 	t.Logf("old daemon:\n%s\nnew daemon:\n%s", d.stderr, d2.stderr)
+	d2.stop(t)
+	if isMounted(t, in) {
+		t.Errorf("%s still mounted after the new daemon stopped", in)
+	}
+}
+
+// TestDaemonTakeoverUnderLoad: 8 readers stream their own files from a
+// slow store (256 KiB/s a connection: reads wait on the store, so some are
+// in flight at the switch) while a new daemon takes the mount over; every
+// reader gets every byte right, none sees an error.
+func TestDaemonTakeoverUnderLoad(t *testing.T) {
+	const readers, size, chunk = 8, 8 << 20, 256 << 10
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "bkt", "data"), 0o755)
+	files := make([][]byte, readers)
+	for i := range files {
+		files[i] = randomBytes(t, size)
+		os.WriteFile(filepath.Join(root, "bkt", "data", fmt.Sprintf("f%d.bin", i)), files[i], 0o644)
+	}
+	_, endpoint := ossemutest.Start(t, root, ossemu.Options{TTFB: 20 * time.Millisecond, ConnBandwidth: 256 << 10})
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	dir := t.TempDir()
+	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
+	in := t.TempDir()
+	if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "--read-only", "oss://bkt/data/", in); code != 0 {
+		t.Fatalf("mount input: %s", errOut)
+	}
+	var started sync.WaitGroup
+	started.Add(readers)
+	errs := make(chan error, readers)
+	progress := make([]atomic.Int64, readers)
+	for i := 0; i < readers; i++ {
+		go func() {
+			f, err := os.Open(filepath.Join(in, fmt.Sprintf("f%d.bin", i)))
+			started.Done()
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer f.Close()
+			buf := make([]byte, chunk)
+			for off := 0; off < size; off += chunk {
+				n, err := f.ReadAt(buf, int64(off))
+				if err != nil && err != io.EOF {
+					errs <- fmt.Errorf("reader %d at %d: %w", i, off, err)
+					return
+				}
+				if !bytes.Equal(buf[:n], files[i][off:off+n]) {
+					errs <- fmt.Errorf("reader %d at %d: wrong bytes", i, off)
+					return
+				}
+				progress[i].Store(int64(off + n))
+			}
+			errs <- nil
+		}()
+	}
+	// Every file is open (its handle must survive); the reads run on.
+	started.Wait()
+	d2 := startNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
+	if err := d.waitExit(t); err != nil {
+		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
+	}
+	var atSwitch []int64
+	for i := range progress {
+		atSwitch = append(atSwitch, progress[i].Load())
+	}
+	for i := 0; i < readers; i++ {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("readers stuck after the takeover; new daemon:\n%s", d2.stderr)
+		}
+	}
+	t.Logf("bytes read by each reader when the old daemon had exited: %v (of %d)", atSwitch, size)
+	if strings.Contains(d2.stderr.String(), "FUSE_NOTIFY_RESEND") {
+		t.Errorf("the kernel refused the resend of the requests in flight:\n%s", d2.stderr)
+	}
+	d2.stop(t)
+}
+
+// TestDaemonTakeoverFailureKeepsOldServing: a new daemon that cannot take
+// the mounts (its store endpoint is wrong, so it cannot set the mount up)
+// exits with the reason; the old daemon thaws and goes on serving the same
+// open file and new opens, and a later takeover still works.
+func TestDaemonTakeoverFailureKeepsOldServing(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "bkt", "data"), 0o755)
+	big := randomBytes(t, 4<<20)
+	os.WriteFile(filepath.Join(root, "bkt", "data", "big.bin"), big, 0o644)
+	os.WriteFile(filepath.Join(root, "bkt", "data", "a.txt"), []byte("aaa"), 0o644)
+	_, endpoint := ossemutest.Start(t, root, ossemu.Options{})
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	dir := t.TempDir()
+	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
+	in := t.TempDir()
+	if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "--read-only", "oss://bkt/data/", in); code != 0 {
+		t.Fatalf("mount input: %s", errOut)
+	}
+	f, err := os.Open(filepath.Join(in, "big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	readAtCheck(t, f, big[:1<<20], 0)
+
+	// A port nothing listens on: the new daemon cannot reach the store.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	code, _, errOut := d.client(t, "daemon", "--state-dir", d.stateDir, "--socket", d.socket,
+		"--cache-dir", filepath.Join(dir, "cache"), "--staging-dir", filepath.Join(dir, "staging"),
+		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--oss-endpoint", dead, "--oss-retry-attempts", "1", "--takeover")
+	if code == 0 {
+		t.Fatalf("a takeover that cannot reach the store succeeded; stderr:\n%s", errOut)
+	}
+	t.Logf("the new daemon said:\n%s", errOut)
+	if !strings.Contains(errOut, "takeover") {
+		t.Errorf("the failed takeover does not say why:\n%s", errOut)
+	}
+	if !strings.Contains(d.stderr.String(), "handover failed; this daemon goes on serving") {
+		t.Errorf("the old daemon does not say the handover failed:\n%s", d.stderr)
+	}
+	select {
+	case err := <-d.done:
+		t.Fatalf("the old daemon exited after a failed takeover: %v; stderr:\n%s", err, d.stderr)
+	default:
+	}
+	// The old daemon serves on: the same fd, new opens, its API.
+	readAtCheck(t, f, big[1<<20:], 1<<20)
+	if got, err := os.ReadFile(filepath.Join(in, "a.txt")); err != nil || string(got) != "aaa" {
+		t.Errorf("new open after the failed takeover: %q, %v", got, err)
+	}
+	if code, _, errOut := d.client(t, "status", "--daemon", d.socket); code != 0 {
+		t.Errorf("status after the failed takeover: %s", errOut)
+	}
+	// And it can still be taken over.
+	d2 := startNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
+	if err := d.waitExit(t); err != nil {
+		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
+	}
+	readAtCheck(t, f, big[:1<<20], 0)
+	f.Close()
 	d2.stop(t)
 	if isMounted(t, in) {
 		t.Errorf("%s still mounted after the new daemon stopped", in)
