@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -19,11 +20,34 @@ import (
 // is root's, in the state directory), what the kernel holds of its server,
 // and its /dev/fuse fd (passed beside the message, SCM_RIGHTS).
 type HandoverMount struct {
-	Request  MountRequest  `json:"request"`
-	Info     MountInfo     `json:"info"`
-	Snapshot *mfs.Snapshot `json:"snapshot"`
-	Fd       int           `json:"-"`
+	Request MountRequest `json:"request"` // its Credentials redact themselves in JSON...
+	// ...so they travel here.
+	Credentials HandoverCredentials `json:"credentials"`
+	Info        MountInfo           `json:"info"`
+	Snapshot    *mfs.Snapshot       `json:"snapshot"`
+	Fd          int                 `json:"-"`
 }
+
+// HandoverCredentials are a mount's Credentials on the handover socket,
+// the one place they are marshalled whole; formatted or logged, they are
+// redacted as Credentials are.
+type HandoverCredentials struct {
+	OSSAccessKeyID     string `json:"oss_access_key_id,omitempty"`
+	OSSAccessKeySecret string `json:"oss_access_key_secret,omitempty"`
+	OSSSecurityToken   string `json:"oss_security_token,omitempty"`
+	HDFSUser           string `json:"hdfs_user,omitempty"`
+}
+
+func (c HandoverCredentials) creds() Credentials { return Credentials(c) }
+
+// String redacts the secret and the token.
+func (c HandoverCredentials) String() string { return c.creds().redacted() }
+
+// GoString redacts %#v as well.
+func (c HandoverCredentials) GoString() string { return c.creds().redacted() }
+
+// LogValue redacts in slog records.
+func (c HandoverCredentials) LogValue() slog.Value { return c.creds().LogValue() }
 
 // Handover is a node whose mounts are frozen for another process: every
 // request the kernel sends them waits. Abort lets them go on here; Commit
@@ -89,7 +113,8 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 		if err != nil {
 			return fail(err)
 		}
-		h.Mounts = append(h.Mounts, HandoverMount{Request: m.req, Info: m.info, Snapshot: snap, Fd: m.srv.Fd()})
+		h.Mounts = append(h.Mounts, HandoverMount{Request: m.req, Credentials: HandoverCredentials(m.req.Credentials),
+			Info: m.info, Snapshot: snap, Fd: m.srv.Fd()})
 	}
 	return h, nil
 }
@@ -173,6 +198,7 @@ func (n *Node) Adopt(ctx context.Context, mounts []HandoverMount) (*Adopted, err
 func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 	n := ad.n
 	req := hm.Request
+	req.Credentials = hm.Credentials.creds()
 	if !req.ReadOnly {
 		return errors.New("output mounts cannot be taken over yet")
 	}

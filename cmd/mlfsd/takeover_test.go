@@ -48,7 +48,8 @@ func readAtCheck(t *testing.T, f *os.File, want []byte, off int64) {
 // takes the running daemon's input mount while a reader holds a file open
 // mid-way; the reader goes on through the same fd with the right bytes,
 // the old daemon exits 0 without unmounting, and the new one serves new
-// opens, listings and the API, and unmounts on SIGTERM.
+// opens, listings and the API, hands over again to a third, which
+// unmounts on SIGTERM.
 func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 	root := t.TempDir()
 	os.MkdirAll(filepath.Join(root, "bkt", "data", "sub"), 0o755)
@@ -99,13 +100,26 @@ func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 	}
 	var ms []node.MountInfo
 	code, lst, errOut := d2.client(t, "status", "--daemon", d2.socket, "--json")
+	// The mount table names the mount for a restart after a crash.
+	if data, err := os.ReadFile(filepath.Join(d2.stateDir, "mounts.json")); err != nil || !strings.Contains(string(data), in) {
+		t.Errorf("mount table after the takeover: %s, %v", data, err)
+	}
 	if code != 0 || json.Unmarshal([]byte(lst), &ms) != nil || len(ms) != 1 || ms[0].Target != in {
 		t.Fatalf("status of the new daemon: %s %s", lst, errOut)
 	}
+	// A daemon that took over hands over again (its handles and pinned
+	// nodes included).
+	d3 := startNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
+	if err := d2.waitExit(t); err != nil {
+		t.Fatalf("second daemon after the second takeover: %v; stderr:\n%s", err, d2.stderr)
+	}
+	readAtCheck(t, f, big[5<<20:], 5<<20)
+	if got, err := os.ReadFile(filepath.Join(in, "sub", "small.txt")); err != nil || string(got) != "small" {
+		t.Errorf("open after the second takeover: %q, %v", got, err)
+	}
 	f.Close()
 	dh.Close()
-	t.Logf("old daemon:\n%s\nnew daemon:\n%s", d.stderr, d2.stderr)
-	d2.stop(t)
+	d3.stop(t)
 	if isMounted(t, in) {
 		t.Errorf("%s still mounted after the new daemon stopped", in)
 	}
