@@ -255,14 +255,31 @@ func (h *handoverFS) OpenDir(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenO
 	return st
 }
 
+// known reports whether fh is an open handle. A RELEASE the old daemon
+// answered but whose reply it had not written when it exited comes again
+// after the handover (FUSE_NOTIFY_RESEND) for a handle this server never
+// had, which go-fuse would take for a protocol error (a panic).
+func (h *handoverFS) known(fh uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.handles[fh]
+	return ok || fh == 0
+}
+
 func (h *handoverFS) Release(c <-chan struct{}, in *fuse.ReleaseIn) {
 	defer h.enter()()
+	if !h.known(in.Fh) {
+		return
+	}
 	h.RawFileSystem.Release(c, in)
 	h.released(in.Fh)
 }
 
 func (h *handoverFS) ReleaseDir(in *fuse.ReleaseIn) {
 	defer h.enter()()
+	if !h.known(in.Fh) {
+		return
+	}
 	h.RawFileSystem.ReleaseDir(in)
 	h.released(in.Fh)
 }
@@ -334,10 +351,14 @@ func (h *handoverFS) RemoveXAttr(c <-chan struct{}, hd *fuse.InHeader, attr stri
 	return h.RawFileSystem.RemoveXAttr(c, hd, attr)
 }
 func (h *handoverFS) Tmpfile(c <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
-	// O_TMPFILE handles live on nodes with no path; a mount holding one
-	// cannot be handed over (Snapshot says so), so they are not tracked.
+	// Tracked like any handle; its node has no path until linked, which
+	// Snapshot refuses.
 	defer h.enter()()
-	return h.RawFileSystem.Tmpfile(c, in, out)
+	st := h.RawFileSystem.Tmpfile(c, in, out)
+	if st.Ok() {
+		h.opened(HandleState{Fh: out.Fh, Node: out.NodeId, Flags: in.Flags})
+	}
+	return st
 }
 func (h *handoverFS) Read(c <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
 	defer h.enter()()
