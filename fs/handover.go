@@ -124,10 +124,23 @@ type handoverFS struct {
 	inflight int                    // GUARDED_BY(mu)
 	handles  map[uint64]HandleState // GUARDED_BY(mu)
 	pinned   map[uint64]struct{}    // read-only once serving
+
+	// inherited are the passthrough backing files a previous daemon
+	// registered, by node, while handles it opened on them are open. The
+	// kernel binds an inode open by passthrough to one backing file: every
+	// further open of it must name that one, which go-fuse, knowing only
+	// the IDs it registered itself, cannot; Open rewrites its answer.
+	inherited map[uint64]*inheritedBacking // GUARDED_BY(mu)
+	srv       *fuse.Server                 // set before serving: unregisters them
+}
+
+type inheritedBacking struct {
+	id  int32
+	fhs map[uint64]bool // open handles that use it
 }
 
 func newHandoverFS(inner fuse.RawFileSystem) *handoverFS {
-	h := &handoverFS{RawFileSystem: inner, handles: map[uint64]HandleState{}}
+	h := &handoverFS{RawFileSystem: inner, handles: map[uint64]HandleState{}, inherited: map[uint64]*inheritedBacking{}}
 	h.idle = sync.NewCond(&h.mu)
 	return h
 }
@@ -212,8 +225,35 @@ func (h *handoverFS) opened(hs HandleState) {
 
 func (h *handoverFS) released(fh uint64) {
 	h.mu.Lock()
+	hs := h.handles[fh]
 	delete(h.handles, fh)
+	var drop int32
+	if ib := h.inherited[hs.Node]; ib != nil && ib.fhs[fh] {
+		delete(ib.fhs, fh)
+		if len(ib.fhs) == 0 {
+			delete(h.inherited, hs.Node)
+			drop = ib.id
+		}
+	}
 	h.mu.Unlock()
+	if drop != 0 && h.srv != nil {
+		// The last handle on it is closed: the kernel let go of the inode's
+		// backing file, and so may we.
+		h.srv.UnregisterBackingFd(drop)
+	}
+}
+
+// inherit makes hs's node use hs's backing file for every open until its
+// last handle using it is released.
+func (h *handoverFS) inherit(hs HandleState) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ib := h.inherited[hs.Node]
+	if ib == nil {
+		ib = &inheritedBacking{id: hs.BackingID, fhs: map[uint64]bool{}}
+		h.inherited[hs.Node] = ib
+	}
+	ib.fhs[hs.Fh] = true
 }
 
 func (h *handoverFS) Forget(nodeid, nlookup uint64) {
@@ -227,10 +267,21 @@ func (h *handoverFS) Forget(nodeid, nlookup uint64) {
 func (h *handoverFS) Open(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	defer h.enter()()
 	st := h.RawFileSystem.Open(c, in, out)
-	if st.Ok() {
-		h.opened(HandleState{Fh: out.Fh, Node: in.NodeId, Flags: in.Flags,
-			Passthrough: out.OpenFlags&fuse.FOPEN_PASSTHROUGH != 0, BackingID: out.BackingID})
+	if !st.Ok() {
+		return st
 	}
+	hs := HandleState{Fh: out.Fh, Node: in.NodeId, Flags: in.Flags}
+	h.mu.Lock()
+	if ib := h.inherited[in.NodeId]; ib != nil {
+		// A backing file go-fuse may have registered for this open stays
+		// unused, and is unregistered at its release.
+		out.BackingID = ib.id
+		out.OpenFlags = (out.OpenFlags | fuse.FOPEN_PASSTHROUGH) &^ fuse.FOPEN_KEEP_CACHE
+		ib.fhs[out.Fh] = true
+	}
+	hs.Passthrough, hs.BackingID = out.OpenFlags&fuse.FOPEN_PASSTHROUGH != 0, out.BackingID
+	h.handles[out.Fh] = hs
+	h.mu.Unlock()
 	return st
 }
 
@@ -476,20 +527,6 @@ func (m *Server) Snapshot() (*Snapshot, error) {
 	return s, nil
 }
 
-// HandedOver is called once another process serves the connection: the
-// passthrough backing files this server registered with the kernel are
-// unregistered (the new server registered its own; files open by
-// passthrough keep theirs), and Unmount and Wait no longer touch the mount.
-func (m *Server) HandedOver() {
-	for _, h := range m.hfs.openHandles() {
-		if h.BackingID != 0 {
-			if errno := m.server.UnregisterBackingFd(h.BackingID); errno != 0 {
-				m.log.Debug("unregistering a backing file after the handover", "id", h.BackingID, "err", errno)
-			}
-		}
-	}
-}
-
 func walkTree(n *gofs.Inode, p string, out *[]NodeState) {
 	for name, ch := range n.Children() {
 		cp := name
@@ -666,9 +703,10 @@ func (a *Adoption) Serve() (*Server, error) {
 			return nil, fmt.Errorf("%s: handle %d came back as %d", a.mountpoint, fh, out.Fh)
 		}
 		if ok {
-			h.BackingID = out.BackingID
-			h.Passthrough = out.OpenFlags&fuse.FOPEN_PASSTHROUGH != 0
 			a.hfs.opened(h)
+			if h.Passthrough && h.BackingID != 0 {
+				a.hfs.inherit(h)
+			}
 		}
 	}
 	for _, fh := range fillers {
@@ -680,6 +718,7 @@ func (a *Adoption) Serve() (*Server, error) {
 	if _, err := unix.Write(a.sock, hdr[:]); err != nil && log != nil {
 		log.Warn("the kernel refused FUSE_NOTIFY_RESEND (Linux < 6.9?): requests the old daemon read and did not answer stay unanswered", "mountpoint", a.mountpoint, "err", err)
 	}
+	a.hfs.srv = a.srv
 	go a.srv.Serve()
 	return &Server{server: a.srv, mountpoint: a.mountpoint, log: logOrDiscard(log), fd: a.sock,
 		hfs: a.hfs, root: a.root, inos: a.inos, fuseOpts: a.mo}, nil

@@ -130,9 +130,9 @@ func (h *Handover) Abort() {
 }
 
 // Commit gives the mounts up to the new process, which serves them once
-// this one exits: the cache is closed (its directory is the new one's),
-// the backing files registered for passthrough are released, and the
-// mounts stay frozen. The process must exit next, without unmounting.
+// this one exits: the cache is closed (its directory is the new one's) and
+// the mounts stay frozen. The passthrough backing files registered with
+// the kernel are the new daemon's now. The process must exit next, without unmounting.
 func (h *Handover) Commit() error {
 	n := h.n
 	n.mu.Lock()
@@ -147,9 +147,6 @@ func (h *Handover) Commit() error {
 		n.cache = nil
 	}
 	n.cacheMu.Unlock()
-	for _, m := range h.mounts {
-		m.srv.HandedOver()
-	}
 	return errors.Join(errs...)
 }
 

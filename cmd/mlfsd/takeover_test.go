@@ -44,6 +44,39 @@ func readAtCheck(t *testing.T, f *os.File, want []byte, off int64) {
 	}
 }
 
+// passthroughBytes is what the daemon's only mount handed to the kernel
+// for passthrough so far.
+func passthroughBytes(t *testing.T, d *nodeDaemon) int64 {
+	t.Helper()
+	code, out, errOut := d.client(t, "status", "--daemon", d.socket, "--json")
+	var st []node.MountStatus
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st) != 1 {
+		t.Fatalf("status: %s %s", out, errOut)
+	}
+	return st[0].CacheHitBytes["passthrough"]
+}
+
+// openByPassthrough opens name once the cache holds it whole on disk, so
+// that the kernel reads it by passthrough (the disk tier is written behind
+// the reads that filled it: until then opens are served by the daemon).
+func openByPassthrough(t *testing.T, d *nodeDaemon, name string) *os.File {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		before := passthroughBytes(t, d)
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if passthroughBytes(t, d) > before {
+			return f
+		}
+		f.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never opened by passthrough; daemon:\n%s", name, d.stderr)
+		}
+	}
+}
+
 // TestDaemonTakeoverKeepsOpenFiles: a second `mlfsd daemon --takeover`
 // takes the running daemon's input mount while a reader holds a file open
 // mid-way; the reader goes on through the same fd with the right bytes,
@@ -56,6 +89,8 @@ func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 	big := randomBytes(t, 8<<20)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "big.bin"), big, 0o644)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "sub", "small.txt"), []byte("small"), 0o644)
+	ptData := randomBytes(t, 2<<20)
+	os.WriteFile(filepath.Join(root, "bkt", "data", "pt.bin"), ptData, 0o644)
 	_, endpoint := ossemutest.Start(t, root, ossemu.Options{})
 	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
 	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
@@ -77,6 +112,13 @@ func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dh.Close()
+	// And a file the kernel reads by passthrough: read whole once (now
+	// complete in the cache), then opened again.
+	if got, err := os.ReadFile(filepath.Join(in, "pt.bin")); err != nil || !bytes.Equal(got, ptData) {
+		t.Fatalf("first read of pt.bin: %d bytes, %v", len(got), err)
+	}
+	pt := openByPassthrough(t, d, filepath.Join(in, "pt.bin"))
+	defer pt.Close()
 
 	d2 := startNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
 	if err := d.waitExit(t); err != nil {
@@ -88,7 +130,8 @@ func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 	if !strings.Contains(d2.stderr.String(), "took over mount") {
 		t.Errorf("new daemon did not log the takeover:\n%s", d2.stderr)
 	}
-	// Same fd, after the old process is gone.
+	// Same fds, after the old process is gone.
+	readAtCheck(t, pt, ptData, 0)
 	readAtCheck(t, f, big[3<<20:], 3<<20)
 	readAtCheck(t, f, big[:1<<20], 0)
 	names, err := dh.Readdirnames(-1)
@@ -114,9 +157,17 @@ func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 		t.Fatalf("second daemon after the second takeover: %v; stderr:\n%s", err, d2.stderr)
 	}
 	readAtCheck(t, f, big[5<<20:], 5<<20)
+	readAtCheck(t, pt, ptData[1<<20:], 1<<20)
 	if got, err := os.ReadFile(filepath.Join(in, "sub", "small.txt")); err != nil || string(got) != "small" {
 		t.Errorf("open after the second takeover: %q, %v", got, err)
 	}
+	// A new open of the passthrough file beside the handed-over one (the
+	// kernel refuses mixing passthrough and daemon-served opens of one
+	// inode, so the new daemon must know which the old one was).
+	if got, err := os.ReadFile(filepath.Join(in, "pt.bin")); err != nil || !bytes.Equal(got, ptData) {
+		t.Errorf("new open of pt.bin after the takeovers: %d bytes, %v", len(got), err)
+	}
+	pt.Close()
 	f.Close()
 	dh.Close()
 	d3.stop(t)
