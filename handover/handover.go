@@ -67,7 +67,9 @@ func send(c *net.UnixConn, m message, fds []int) error {
 	if oobn != len(oob) {
 		return errors.New("the fds were not sent")
 	}
-	_, err = c.Write(buf[n:])
+	if n < len(buf) {
+		_, err = c.Write(buf[n:])
+	}
 	return err
 }
 

@@ -325,3 +325,44 @@ func TestDaemonTakeoverFailureKeepsOldServing(t *testing.T) {
 		t.Errorf("%s still mounted after the new daemon stopped", in)
 	}
 }
+
+// TestDaemonTakeoverRefusesOutputs: output mounts are not handed over
+// (their open writers' staging state is not transferable yet): the old
+// daemon refuses, says why, and goes on serving the input and the output.
+func TestDaemonTakeoverRefusesOutputs(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "bkt", "data"), 0o755)
+	os.MkdirAll(filepath.Join(root, "bkt", "out"), 0o755)
+	os.WriteFile(filepath.Join(root, "bkt", "data", "in.txt"), []byte("input"), 0o644)
+	_, endpoint := ossemutest.Start(t, root, ossemu.Options{})
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	dir := t.TempDir()
+	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
+	in, out := t.TempDir(), t.TempDir()
+	if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "--read-only", "oss://bkt/data/", in); code != 0 {
+		t.Fatalf("mount input: %s", errOut)
+	}
+	if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "oss://bkt/out/", out); code != 0 {
+		t.Fatalf("mount output: %s", errOut)
+	}
+	code, _, errOut := d.client(t, "daemon", "--state-dir", d.stateDir, "--socket", d.socket,
+		"--cache-dir", filepath.Join(dir, "cache"), "--staging-dir", filepath.Join(dir, "staging"),
+		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--oss-endpoint", endpoint, "--takeover")
+	if code == 0 || !strings.Contains(errOut, "output mount") {
+		t.Fatalf("takeover with an output mount: exit %d, stderr:\n%s", code, errOut)
+	}
+	if !strings.Contains(d.stderr.String(), "handover failed; this daemon goes on serving") {
+		t.Errorf("the old daemon does not say the handover failed:\n%s", d.stderr)
+	}
+	if got, err := os.ReadFile(filepath.Join(in, "in.txt")); err != nil || string(got) != "input" {
+		t.Errorf("input after the refused takeover: %q, %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "o.txt"), []byte("out"), 0o644); err != nil {
+		t.Fatalf("write to the output after the refused takeover: %v", err)
+	}
+	d.stop(t)
+	if got, err := os.ReadFile(filepath.Join(root, "bkt", "out", "o.txt")); err != nil || string(got) != "out" {
+		t.Errorf("output uploaded after the refused takeover: %q, %v", got, err)
+	}
+}
