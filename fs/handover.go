@@ -555,8 +555,8 @@ func encodeInit(in fuse.InitIn) []byte {
 	return bytes.Clone(b)
 }
 
-// negotiate answers init with a go-fuse server over fs on a socketpair
-// and returns the answer; srv is that server, its fd the socket's sockFd.
+// negotiateServer answers init with a go-fuse server over rfs, set up on a
+// socketpair, and returns the answer, the server and the fd it reads.
 func negotiateServer(rfs fuse.RawFileSystem, mo fuse.MountOptions, init []byte) (srv *fuse.Server, reply []byte, sockFd int, err error) {
 	if len(init) < int(unsafe.Sizeof(fuse.InHeader{})) {
 		return nil, nil, -1, fmt.Errorf("INIT request of %d bytes", len(init))
@@ -584,6 +584,7 @@ func negotiateServer(rfs fuse.RawFileSystem, mo fuse.MountOptions, init []byte) 
 	return srv, buf[:n], sp[0], nil
 }
 
+// negotiate is the INIT answer mo gives to init.
 func negotiate(rfs fuse.RawFileSystem, mo fuse.MountOptions, init []byte) ([]byte, error) {
 	// The throwaway server's socket is closed with its *os.File once it is
 	// garbage; it never serves.

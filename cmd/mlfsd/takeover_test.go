@@ -44,6 +44,26 @@ func readAtCheck(t *testing.T, f *os.File, want []byte, off int64) {
 	}
 }
 
+// switchPause is the time from the old daemon's freeze to the new one
+// serving, from their logs' timestamps (a figure to report, not to test).
+func switchPause(oldLog, newLog string) (time.Duration, bool) {
+	stamp := func(log, msg string) (time.Time, bool) {
+		for _, line := range strings.Split(log, "\n") {
+			var rec struct {
+				Time time.Time `json:"time"`
+				Msg  string    `json:"msg"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == msg {
+				return rec.Time, true
+			}
+		}
+		return time.Time{}, false
+	}
+	from, ok1 := stamp(oldLog, "handover: mounts frozen and offered")
+	to, ok2 := stamp(newLog, "took over mount")
+	return to.Sub(from), ok1 && ok2
+}
+
 // passthroughBytes is what the daemon's only mount handed to the kernel
 // for passthrough so far.
 func passthroughBytes(t *testing.T, d *nodeDaemon) int64 {
@@ -129,6 +149,9 @@ func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 	}
 	if !strings.Contains(d2.stderr.String(), "took over mount") {
 		t.Errorf("new daemon did not log the takeover:\n%s", d2.stderr)
+	}
+	if p, ok := switchPause(d.stderr.String(), d2.stderr.String()); ok {
+		t.Logf("requests paused for %v (old daemon froze → new daemon served)", p)
 	}
 	// Same fds, after the old process is gone.
 	readAtCheck(t, pt, ptData, 0)
