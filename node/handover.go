@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -150,17 +151,70 @@ func (h *Handover) Commit() error {
 	return errors.Join(errs...)
 }
 
-// lateSource is the Source of an adopted input mount: the node's cache is
-// opened only once the old daemon has closed it, after the mount was set
-// up, and before it serves.
+// lateSource is the Source of an adopted input mount. The node's cache
+// can be opened only once the old daemon has closed it, and opening it
+// (a scan of its directory) may take long: the mounts serve at once, and
+// until the cache is open, files are read from their store directly; a
+// handle opened meanwhile moves to the cache at its first read after.
 type lateSource struct{ v atomic.Pointer[cache.View] }
 
 func (s *lateSource) Open(ctx context.Context, b backends.Backend, info backends.ObjectInfo) (cache.Handle, error) {
-	v := s.v.Load()
-	if v == nil {
-		return nil, errors.New("the read cache is not open yet")
+	if v := s.v.Load(); v != nil {
+		return v.Open(ctx, b, info)
 	}
-	return v.Open(ctx, b, info)
+	d, err := cache.DirectSource{}.Open(ctx, b, info)
+	if err != nil {
+		return nil, err
+	}
+	return &lateHandle{s: s, b: b, info: info, direct: d}, nil
+}
+
+// lateHandle is a file opened before the cache was.
+type lateHandle struct {
+	s      *lateSource
+	b      backends.Backend
+	info   backends.ObjectInfo
+	direct cache.Handle
+
+	mu     sync.Mutex
+	cached cache.Handle // GUARDED_BY(mu): opened from the cache once there is one
+	failed bool         // GUARDED_BY(mu): that open failed; stay direct
+}
+
+func (h *lateHandle) current(ctx context.Context) cache.Handle {
+	v := h.s.v.Load()
+	if v == nil {
+		return h.direct
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cached == nil && !h.failed {
+		c, err := v.Open(ctx, h.b, h.info)
+		if err != nil {
+			h.failed = true
+		} else {
+			h.cached = c
+		}
+	}
+	if h.cached != nil {
+		return h.cached
+	}
+	return h.direct
+}
+
+func (h *lateHandle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return h.current(ctx).ReadAt(ctx, p, off)
+}
+
+func (h *lateHandle) Close() error {
+	h.mu.Lock()
+	c := h.cached
+	h.mu.Unlock()
+	err := h.direct.Close()
+	if c != nil {
+		err = errors.Join(err, c.Close())
+	}
+	return err
 }
 
 // Adopted is the mounts of an old daemon, set up on their connections but
@@ -237,30 +291,37 @@ func (ad *Adopted) Abort() {
 	ad.items = nil
 }
 
-// Serve opens the cache and serves the adopted mounts. Call it once the
-// old daemon exited. A mount that fails here is lost to both daemons; its
-// error is returned and the others serve.
+// Serve serves the adopted mounts, then opens the cache under them. Call
+// it once the old daemon exited. A mount that fails here is lost to both
+// daemons; its error is returned and the others serve. A cache that cannot
+// be opened leaves the mounts reading from their stores.
 func (ad *Adopted) Serve() error {
 	n := ad.n
-	c, err := n.sharedCache()
-	if err != nil {
-		ad.Abort()
-		return err
-	}
 	var errs []error
+	var served []adoptedMount
 	for _, it := range ad.items {
-		m := it.m
-		m.view = c.View()
-		m.metrics.serveFrom(m.view)
-		it.src.v.Store(m.view)
 		srv, err := it.a.Serve()
 		if err != nil {
 			it.a.Abort()
-			m.releaseBackend()
+			it.m.releaseBackend()
 			errs = append(errs, err)
 			continue
 		}
-		m.srv = srv
+		it.m.srv = srv
+		served = append(served, it)
+		n.log.Info("serving a mount taken over", "mountpoint", it.m.info.Target)
+	}
+	c, err := n.sharedCache()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%w: the mounts taken over read from their stores directly", err))
+	}
+	for _, it := range served {
+		m := it.m
+		if c != nil {
+			m.view = c.View()
+			m.metrics.serveFrom(m.view)
+			it.src.v.Store(m.view)
+		}
 		n.mu.Lock()
 		n.mounts[m.req.Target] = m
 		n.mu.Unlock()

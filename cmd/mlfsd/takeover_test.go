@@ -60,7 +60,7 @@ func switchPause(oldLog, newLog string) (time.Duration, bool) {
 		return time.Time{}, false
 	}
 	from, ok1 := stamp(oldLog, "handover: mounts frozen and offered")
-	to, ok2 := stamp(newLog, "took over mount")
+	to, ok2 := stamp(newLog, "serving a mount taken over")
 	return to.Sub(from), ok1 && ok2
 }
 
