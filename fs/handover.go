@@ -41,6 +41,7 @@ package fs
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -69,6 +70,8 @@ type Snapshot struct {
 	Nodes []NodeState `json:"nodes"`
 	// Handles are the open file and directory handles.
 	Handles []HandleState `json:"handles"`
+	// Tree is the tree's own state (an input tree's listings).
+	Tree json.RawMessage `json:"tree,omitempty"`
 }
 
 // NodeState is one node the kernel may hold: its ID and where it is.
@@ -518,6 +521,13 @@ func (m *Server) Snapshot() (*Snapshot, error) {
 	for _, n := range s.Nodes {
 		known[n.ID] = true
 	}
+	if m.treeState != nil {
+		tree, err := m.treeState()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.mountpoint, err)
+		}
+		s.Tree = tree
+	}
 	s.Handles = m.hfs.openHandles()
 	for _, h := range s.Handles {
 		if !known[h.Node] {
@@ -606,6 +616,7 @@ type Adoption struct {
 	snap       *Snapshot
 	opt        MountOptions
 	setHint    func(passthrough, replaying bool)
+	treeState  func() (json.RawMessage, error)
 }
 
 // adopt sets up a server for root on the connection fd with the handed
@@ -722,7 +733,7 @@ func (a *Adoption) Serve() (*Server, error) {
 	a.hfs.srv = a.srv
 	go a.srv.Serve()
 	return &Server{server: a.srv, mountpoint: a.mountpoint, log: logOrDiscard(log), fd: a.sock,
-		hfs: a.hfs, root: a.root, inos: a.inos, fuseOpts: a.mo}, nil
+		hfs: a.hfs, root: a.root, inos: a.inos, fuseOpts: a.mo, treeState: a.treeState}, nil
 }
 
 // Abort gives up the adoption: the handed-over fd is closed, the kernel

@@ -119,7 +119,13 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 	if err != nil {
 		return nil, err
 	}
-	return mountTree(mountpoint, root, root.(*inDir).fsys.inos, inputMountOptions(b, opt, mopt))
+	fsys := root.(*inDir).fsys
+	srv, err := mountTree(mountpoint, root, fsys.inos, inputMountOptions(b, opt, mopt))
+	if err != nil {
+		return nil, err
+	}
+	srv.treeState = fsys.exportState
+	return srv, nil
 }
 
 // inputMountOptions completes mopt with the defaults of input mounts.
@@ -491,10 +497,14 @@ func AdoptInput(fd int, mountpoint string, snap *Snapshot, b backends.Backend, o
 		return nil, err
 	}
 	in := root.(*inDir)
+	if err := in.fsys.seedState(snap.Tree); err != nil {
+		return nil, err
+	}
 	a, err := adopt(fd, mountpoint, snap, root, in.fsys.inos, inputMountOptions(b, opt, mopt))
 	if err != nil {
 		return nil, err
 	}
+	a.treeState = in.fsys.exportState
 	a.setHint = func(passthrough, replaying bool) {
 		if replaying {
 			in.fsys.replay = &replayOpen{passthrough: passthrough}

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -63,11 +64,12 @@ type Server struct {
 	log        *slog.Logger
 
 	// For a handover (handover.go).
-	fd       int         // the /dev/fuse fd the server reads; -1: mounted by fusermount
-	hfs      *handoverFS // the outermost RawFileSystem
-	root     *gofs.Inode
-	inos     *inoAlloc // nil: the tree's node IDs cannot be given again
-	fuseOpts fuse.MountOptions
+	fd        int         // the /dev/fuse fd the server reads; -1: mounted by fusermount
+	hfs       *handoverFS // the outermost RawFileSystem
+	root      *gofs.Inode
+	inos      *inoAlloc // nil: the tree's node IDs cannot be given again
+	fuseOpts  fuse.MountOptions
+	treeState func() (json.RawMessage, error) // the tree's own state, if any
 }
 
 // CheckMountpoint refuses a mountpoint we should not mount on: missing, not

@@ -111,7 +111,7 @@ func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "bkt", "data", "sub", "small.txt"), []byte("small"), 0o644)
 	ptData := randomBytes(t, 2<<20)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "pt.bin"), ptData, 0o644)
-	_, endpoint := ossemutest.Start(t, root, ossemu.Options{})
+	emu, endpoint := ossemutest.Start(t, root, ossemu.Options{})
 	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
 	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	dir := t.TempDir()
@@ -140,9 +140,15 @@ func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 	pt := openByPassthrough(t, d, filepath.Join(in, "pt.bin"))
 	defer pt.Close()
 
+	lists := emu.Stats()["ListObjectsV2"]
 	d2 := startNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
 	if err := d.waitExit(t); err != nil {
 		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
+	}
+	// The listings come with the handover: the new daemon only checks the
+	// channel exists (one listing of at most one key).
+	if n := emu.Stats()["ListObjectsV2"] - lists; n > 1 {
+		t.Errorf("the takeover listed the store %d times; want at most 1 (the listings are handed over)", n)
 	}
 	if !strings.Contains(d.stderr.String(), "handed the mounts over") {
 		t.Errorf("old daemon did not log the handover:\n%s", d.stderr)
