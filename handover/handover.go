@@ -196,7 +196,9 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 
 // Take connects to the running daemon's handover socket and takes its
 // mounts into n; it returns once they are served by this process. Before
-// the old daemon commits, any error leaves it serving. committed, if set,
+// the old daemon commits, any error leaves it serving and is returned;
+// after, errors (a mount that could not be served, a cache that could not
+// be opened) are logged and Take returns nil: the rest is served. committed, if set,
 // runs once the old daemon committed and before it exits (to tell systemd
 // the new main PID).
 func Take(ctx context.Context, socket string, n *node.Node, version string, log *slog.Logger, committed func()) error {
@@ -270,7 +272,11 @@ func Take(ctx context.Context, socket string, n *node.Node, version string, log 
 		exited(pidfd, -1)
 	}
 	log.Info("handover: the old daemon is gone; serving its mounts", "old_pid", pid, "mounts", len(offer.Mounts))
-	return ad.Serve()
+	if err := ad.Serve(); err != nil {
+		// Past the commit there is no going back: what serves, serves.
+		log.Error("taking over: some of it failed", "err", err)
+	}
+	return nil
 }
 
 // peerPidfd returns a pidfd of the process at the other end of c.

@@ -104,13 +104,21 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 			return errors.Join(fmt.Errorf("takeover: %w", err), closeNode())
 		}
 	}
+	// After a takeover the mounts are served already: a socket that cannot
+	// be had is logged, not a reason to unmount them.
+	keepServing := func(what string, err error) {
+		a.log.Error(what+" failed after the takeover; serving the mounts taken over without it until stopped", "err", err)
+	}
 	var ms *http.Server
 	if metricsListen != "" {
-		if ms, err = serveMetrics(a, n, metricsListen); err != nil {
+		if ms, err = serveMetrics(a, n, metricsListen); err != nil && !takeover {
 			closeNode()
 			return err
+		} else if err != nil {
+			keepServing("metrics", err)
+		} else {
+			defer ms.Close()
 		}
-		defer ms.Close()
 	}
 	if !takeover {
 		if restored, err := n.Restore(ctx); err != nil {
@@ -120,20 +128,27 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		}
 	}
 	l, err := api.Listen(socket)
-	if err != nil {
+	if err != nil && !takeover {
 		return errors.Join(err, closeNode())
+	} else if err != nil {
+		keepServing("the API socket", err)
 	}
+	handedOver := make(chan struct{})
 	hl, err := api.Listen(hsock)
-	if err != nil {
+	if err != nil && !takeover {
 		l.Close()
 		return errors.Join(fmt.Errorf("handover %w", err), closeNode())
+	} else if err != nil {
+		keepServing("the handover socket", err)
+	} else {
+		defer hl.Close()
+		go offerMounts(ctx, a, n, hl.(*net.UnixListener), handedOver)
 	}
-	defer hl.Close()
-	handedOver := make(chan struct{})
-	go offerMounts(ctx, a, n, hl.(*net.UnixListener), handedOver)
 	srv := api.NewServer(n, a.log)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
+	if l != nil {
+		go func() { served <- srv.Serve(l) }()
+	}
 	a.log.Info("daemon ready", "socket", socket, "state_dir", stateDir, "cache_dir", a.settings.Cache.Dir)
 	if err := sdNotify("READY=1"); err != nil {
 		a.log.Warn("sd_notify", "err", err)
@@ -144,7 +159,9 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		a.log.Error("API server stopped", "err", err)
 	case <-handedOver:
 		// The mounts are the new daemon's: exit without touching them.
-		l.Close()
+		if l != nil {
+			l.Close()
+		}
 		a.log.Info("handed the mounts over to the new daemon; exiting")
 		return nil
 	}
