@@ -43,9 +43,15 @@ type InputOptions struct {
 
 // inputFS is what every node of one input tree shares.
 type inputFS struct {
-	b   backends.Backend
-	src Source
-	log *slog.Logger
+	b    backends.Backend
+	src  Source
+	log  *slog.Logger
+	inos *inoAlloc // inode numbers, which are the kernel's node IDs
+
+	// replay is set only while an adoption opens the handed-over handles
+	// again, one at a time before serving (handover.go): the handle must
+	// be served as the kernel was told, by passthrough or not.
+	replay *replayOpen
 
 	// Listings live here rather than in the nodes: the kernel may forget an
 	// inode at any time (go-fuse then drops the node), and a directory must
@@ -90,7 +96,7 @@ func (f *inputFS) listingOf(key string) *listing {
 // the channel exists, so a typo in a URI fails at mount time rather than as
 // an empty directory.
 func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (gofs.InodeEmbedder, error) {
-	f := &inputFS{b: b, src: opt.Source, log: opt.Log, listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests)}
+	f := &inputFS{b: b, src: opt.Source, log: opt.Log, inos: newInoAlloc(), listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests)}
 	if f.src == nil {
 		f.src = DirectSource{}
 	}
@@ -126,6 +132,17 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 	if err != nil {
 		return nil, err
 	}
+	fsys := root.(*inDir).fsys
+	srv, err := mountTree(mountpoint, root, fsys.inos, inputMountOptions(b, opt, mopt))
+	if err != nil {
+		return nil, err
+	}
+	srv.treeState = fsys.exportState
+	return srv, nil
+}
+
+// inputMountOptions completes mopt with the defaults of input mounts.
+func inputMountOptions(b backends.Backend, opt InputOptions, mopt MountOptions) MountOptions {
 	mopt.ReadOnly = true
 	if mopt.EntryTimeout == 0 {
 		mopt.EntryTimeout = inputCacheTimeout
@@ -145,7 +162,7 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 	if mopt.Log == nil {
 		mopt.Log = opt.Log
 	}
-	return Mount(mountpoint, root, mopt)
+	return mopt
 }
 
 // inDir is a directory of the input tree. Its listing is fetched from the
@@ -290,7 +307,11 @@ func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*g
 		node = &inFile{fsys: d.fsys, info: info}
 	}
 	fillAttr(info, &out.Attr)
-	return d.NewInode(ctx, node, gofs.StableAttr{Mode: mode}), 0
+	p := name
+	if dp := d.Path(nil); dp != "" {
+		p = dp + "/" + name
+	}
+	return d.NewInode(ctx, node, gofs.StableAttr{Mode: mode, Ino: d.fsys.inos.ino(p)}), 0
 }
 
 func (d *inDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
@@ -439,6 +460,11 @@ func (f *inFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint3
 		return nil, 0, syscall.EROFS
 	}
 	h, err := f.fsys.src.Open(ctx, f.fsys.b, f.info)
+	if err != nil && f.fsys.replay != nil {
+		// A handle the kernel holds already: it must exist; its reads fail.
+		f.fsys.log.Error("a handed-over open file could not be opened again; its reads fail", "key", f.info.Key, "err", err)
+		h, err = failedHandle{err}, nil
+	}
 	if err != nil {
 		return nil, 0, ToErrno(f.fsys.log, "open", f.info.Key, err)
 	}
@@ -446,6 +472,15 @@ func (f *inFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint3
 	f.mu.Lock()
 	if p, ok := h.(interface{ PassthroughFd() (int, bool) }); ok && f.daemonOpens == 0 {
 		ih.ptFd, ih.pt = p.PassthroughFd()
+	}
+	if r := f.fsys.replay; r != nil {
+		// The kernel opened it already, by passthrough or not; a handle it
+		// reads by passthrough never asks us, so no backing file is
+		// registered for it again.
+		ih.pt = r.passthrough
+		if ih.pt {
+			ih.ptFd = -1
+		}
 	}
 	if !ih.pt {
 		f.daemonOpens++
@@ -561,7 +596,44 @@ func (h *inHandle) Release(ctx context.Context) syscall.Errno {
 // PassthroughFd hands the kernel the Source's local file, when it has one
 // and no open of this inode is served by the daemon, so reads of a fully
 // cached file never enter the daemon.
-func (h *inHandle) PassthroughFd() (int, bool) { return h.ptFd, h.pt }
+func (h *inHandle) PassthroughFd() (int, bool) { return h.ptFd, h.pt && h.ptFd >= 0 }
+
+// replayOpen is the kernel's view of one handle opened again after a
+// handover.
+type replayOpen struct{ passthrough bool }
+
+// failedHandle stands for a handed-over open file that could not be opened
+// again: its reads fail with the error.
+type failedHandle struct{ err error }
+
+func (f failedHandle) ReadAt(context.Context, []byte, int64) (int, error) { return 0, f.err }
+func (f failedHandle) Close() error                                       { return nil }
+
+// AdoptInput takes over an input mount at mountpoint: fd is its /dev/fuse
+// connection, snap what the old daemon's server held (handover.go).
+func AdoptInput(fd int, mountpoint string, snap *Snapshot, b backends.Backend, opt InputOptions, mopt MountOptions) (*Adoption, error) {
+	root, err := NewInputRoot(context.Background(), b, opt)
+	if err != nil {
+		return nil, err
+	}
+	in := root.(*inDir)
+	if err := in.fsys.seedState(snap.Tree); err != nil {
+		return nil, err
+	}
+	a, err := adopt(fd, mountpoint, snap, root, in.fsys.inos, inputMountOptions(b, opt, mopt))
+	if err != nil {
+		return nil, err
+	}
+	a.treeState = in.fsys.exportState
+	a.setHint = func(passthrough, replaying bool) {
+		if replaying {
+			in.fsys.replay = &replayOpen{passthrough: passthrough}
+		} else {
+			in.fsys.replay = nil
+		}
+	}
+	return a, nil
+}
 
 func fillAttr(info backends.ObjectInfo, a *fuse.Attr) {
 	if info.IsDir {

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -61,6 +62,14 @@ type Server struct {
 	server     *fuse.Server
 	mountpoint string
 	log        *slog.Logger
+
+	// For a handover (handover.go).
+	fd        int         // the /dev/fuse fd the server reads; -1: mounted by fusermount
+	hfs       *handoverFS // the outermost RawFileSystem
+	root      *gofs.Inode
+	inos      *inoAlloc // nil: the tree's node IDs cannot be given again
+	fuseOpts  fuse.MountOptions
+	treeState func() (json.RawMessage, error) // the tree's own state, if any
 }
 
 // CheckMountpoint refuses a mountpoint we should not mount on: missing, not
@@ -133,14 +142,18 @@ func isMountpoint(path string) (bool, error) {
 // Mount checks mountpoint and mounts root there, serving requests in the
 // background until Unmount.
 func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Server, error) {
-	if err := CheckMountpoint(mountpoint); err != nil {
-		return nil, err
-	}
-	log := opt.Log
+	return mountTree(mountpoint, root, nil, opt)
+}
+
+func logOrDiscard(log *slog.Logger) *slog.Logger {
 	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	entry, attr, neg := opt.EntryTimeout, opt.AttrTimeout, opt.NegativeTimeout
+	return log
+}
+
+// fuseOptions are the go-fuse mount options of a mount.
+func fuseOptions(opt MountOptions) fuse.MountOptions {
 	fsname := opt.FSName
 	if fsname == "" {
 		fsname = "mlfsd"
@@ -172,7 +185,14 @@ func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Serve
 		mo.DirectMountFlags = syscall.MS_RDONLY | syscall.MS_NOSUID | syscall.MS_NODEV
 		mo.Options = append(mo.Options, "ro") // for the fusermount fallback
 	}
-	// gofs.Mount, with the request observer slipped in between.
+	return mo
+}
+
+// newRawFS is the request path of a mount: go-fuse's bridge over root,
+// the request observer, and the handover gate outermost.
+func newRawFS(root gofs.InodeEmbedder, opt MountOptions) (fuse.MountOptions, *handoverFS) {
+	mo := fuseOptions(opt)
+	entry, attr, neg := opt.EntryTimeout, opt.AttrTimeout, opt.NegativeTimeout
 	rawFS := gofs.NewNodeFS(root, &gofs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &entry,
@@ -181,17 +201,52 @@ func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Serve
 		// A tree that has the kernel check permissions reports exact
 		// modes: 0000 stays 0000 instead of go-fuse's 0644/0755.
 		NullPermissions: opt.DefaultPermissions,
+		// The kernel's node ID is the inode number the tree picks, so
+		// that another process can give the same IDs (handover.go).
+		ExternalNodeID: true,
 	})
 	if opt.Observe != nil {
 		rawFS = &observedFS{RawFileSystem: rawFS, obs: opt.Observe}
 	}
-	server, err := fuse.NewServer(rawFS, mountpoint, &mo)
+	return mo, newHandoverFS(rawFS)
+}
+
+func mountTree(mountpoint string, root gofs.InodeEmbedder, inos *inoAlloc, opt MountOptions) (*Server, error) {
+	if err := CheckMountpoint(mountpoint); err != nil {
+		return nil, err
+	}
+	log := logOrDiscard(opt.Log)
+	mo, hfs := newRawFS(root, opt)
+	// Mount ourselves to keep the /dev/fuse fd (a handover passes it on),
+	// and give it to go-fuse as its magic /dev/fd/N mountpoint; where we
+	// may not mount (not root), go-fuse goes through fusermount.
+	fd, err := directMount(mountpoint, &mo)
+	var server *fuse.Server
 	if err != nil {
-		return nil, fmt.Errorf("mount %s on %s: %w", fsname, mountpoint, err)
+		log.Debug("direct mount failed; mounting through fusermount (such a mount cannot be handed over)", "mountpoint", mountpoint, "err", err)
+		fd = -1
+		server, err = fuse.NewServer(hfs, mountpoint, &mo)
+	} else {
+		mo2 := mo
+		mo2.DirectMount = false
+		server, err = fuse.NewServer(hfs, fmt.Sprintf("/dev/fd/%d", fd), &mo2)
+		if err != nil {
+			// go-fuse closed the fd; the mount must not stay behind.
+			syscall.Unmount(mountpoint, syscall.MNT_DETACH)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mount %s on %s: %w", mo.FsName, mountpoint, err)
 	}
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
-		return nil, fmt.Errorf("mount %s on %s: %w", fsname, mountpoint, err)
+		return nil, fmt.Errorf("mount %s on %s: %w", mo.FsName, mountpoint, err)
+	}
+	if fd >= 0 {
+		if err := pollHack(mountpoint); err != nil {
+			syscall.Unmount(mountpoint, syscall.MNT_DETACH)
+			return nil, fmt.Errorf("mount %s on %s: first access: %w", mo.FsName, mountpoint, err)
+		}
 	}
 	if opt.ReadAheadKB > 0 {
 		if err := setReadAhead(mountpoint, opt.ReadAheadKB); err != nil {
@@ -199,7 +254,8 @@ func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Serve
 			log.Warn("could not set readahead", "mountpoint", mountpoint, "err", err)
 		}
 	}
-	return &Server{server: server, mountpoint: mountpoint, log: log}, nil
+	return &Server{server: server, mountpoint: mountpoint, log: log, fd: fd, hfs: hfs,
+		root: root.EmbeddedInode(), inos: inos, fuseOpts: mo}, nil
 }
 
 // setReadAhead writes kb to the read_ahead_kb of the mount's bdi.
@@ -245,7 +301,13 @@ func (m *Server) Mountpoint() string { return m.mountpoint }
 func (m *Server) Unmount() error {
 	var err error
 	for i := 0; i < 20; i++ {
-		if err = m.server.Unmount(); err == nil {
+		if m.fd >= 0 {
+			// go-fuse does not unmount its magic /dev/fd/N mountpoints.
+			if err = syscall.Unmount(m.mountpoint, 0); err == nil {
+				m.server.Wait()
+				return nil
+			}
+		} else if err = m.server.Unmount(); err == nil {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -125,6 +125,9 @@ type Node struct {
 	mu     sync.Mutex
 	mounts map[string]*mount // GUARDED_BY(mu): by target, including mounts under way
 	closed bool              // GUARDED_BY(mu)
+	// handover: the mounts are frozen for a new daemon (handover.go);
+	// mount and unmount requests are refused meanwhile.
+	handover bool // GUARDED_BY(mu)
 }
 
 // mount is one mount of the node.
@@ -230,6 +233,10 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (MountInfo, error) {
 	if n.closed {
 		n.mu.Unlock()
 		return MountInfo{}, ErrClosed
+	}
+	if n.handover {
+		n.mu.Unlock()
+		return MountInfo{}, errHandingOver
 	}
 	if m, ok := n.mounts[target]; ok {
 		n.mu.Unlock()
@@ -530,10 +537,16 @@ func (n *Node) unmount(ctx context.Context, target string, drain bool) error {
 	if err != nil {
 		return err
 	}
+	n.mu.Lock()
+	if n.handover {
+		n.mu.Unlock()
+		return errHandingOver
+	}
 	m.mu.Lock()
 	again := m.unmounting
 	m.unmounting = true
 	m.mu.Unlock()
+	n.mu.Unlock()
 	if again {
 		<-m.done
 		return nil

@@ -13,14 +13,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mlfsd/mlfsd/handover"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
 )
 
 func newDaemonCmd(a *app) *cobra.Command {
 	var stateDir, socket, metricsListen string
+	var takeover bool
 	c := &cobra.Command{
-		Use:   "daemon --state-dir DIR --socket PATH --cache-dir DIR [--metrics-listen ADDR]",
+		Use:   "daemon --state-dir DIR --socket PATH --cache-dir DIR [--metrics-listen ADDR] [--takeover]",
 		Short: "Serve the mounts of this host from one shared cache, through a local API",
 		Long: `Run the node daemon: one per host, serving every job's mounts from one shared
 block cache. Clients ask for mounts on the API socket (root only):
@@ -36,6 +38,14 @@ paths, uploading what outputs had pending. Mounts made with a client's
 credentials come back with the daemon's own (environment or
 --oss-credentials-file), never stored. On SIGINT/SIGTERM it drains every
 output and unmounts everything (a second signal aborts the drain).
+
+Upgrading without unmounting: start the new binary with --takeover and the
+same --state-dir and --socket while the old daemon runs. It connects to the
+old one's handover socket (STATE_DIR/takeover.sock), receives every mount's
+FUSE connection and what the kernel holds of it, and serves the same mounts
+once the old daemon has exited: open files stay open, reads in flight are
+answered. If anything fails before the old daemon lets go, the old daemon
+goes on serving and the new one exits with the reason.
 
 Logs are JSON unless --log-format says otherwise.`,
 		Args: cobra.NoArgs,
@@ -53,21 +63,24 @@ Logs are JSON unless --log-format says otherwise.`,
 				}
 				a.log = l
 			}
-			return runDaemon(cmd.Context(), a, stateDir, socket, metricsListen)
+			return runDaemon(cmd.Context(), a, stateDir, socket, metricsListen, takeover)
 		},
 	}
 	f := c.Flags()
 	f.StringVar(&stateDir, "state-dir", "", "directory of the daemon's mount table (required)")
 	f.StringVar(&socket, "socket", "", "path of the API's unix socket (required; made mode 0600)")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9469")
+	f.BoolVar(&takeover, "takeover", false, "take the live mounts of the daemon running with this --state-dir and --socket, which then exits (an upgrade without unmounting)")
 	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
 	return c
 }
 
-func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen string) error {
+func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen string, takeover bool) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	n, err := node.New(ctx, node.Options{Settings: a.settings, StateDir: stateDir, OpenCache: true, Log: a.log, Progress: a.stderr})
+	// Taking over, the cache directory is the old daemon's until it lets
+	// go; the node opens it then.
+	n, err := node.New(ctx, node.Options{Settings: a.settings, StateDir: stateDir, OpenCache: !takeover, Log: a.log, Progress: a.stderr})
 	if err != nil {
 		return err
 	}
@@ -78,26 +91,64 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		defer dstop()
 		return n.Close(dctx)
 	}
+	hsock := handover.SocketPath(stateDir)
+	if takeover {
+		// systemd follows the new process from the moment the old one
+		// lets go (NotifyAccess=all in deploy/systemd).
+		mainPID := func() {
+			if err := sdNotify(fmt.Sprintf("MAINPID=%d", os.Getpid())); err != nil {
+				a.log.Warn("sd_notify", "err", err)
+			}
+		}
+		if err := handover.Take(ctx, hsock, n, version, a.log, mainPID); err != nil {
+			return errors.Join(fmt.Errorf("takeover: %w", err), closeNode())
+		}
+	}
+	// After a takeover the mounts are served already: a socket that cannot
+	// be had is logged, not a reason to unmount them.
+	keepServing := func(what string, err error) {
+		a.log.Error(what+" failed after the takeover; serving the mounts taken over without it until stopped", "err", err)
+	}
 	var ms *http.Server
 	if metricsListen != "" {
-		if ms, err = serveMetrics(a, n, metricsListen); err != nil {
+		if ms, err = serveMetrics(a, n, metricsListen); err != nil && !takeover {
 			closeNode()
 			return err
+		} else if err != nil {
+			keepServing("metrics", err)
+		} else {
+			defer ms.Close()
 		}
-		defer ms.Close()
 	}
-	if restored, err := n.Restore(ctx); err != nil {
-		a.log.Error("some mounts of the mount table could not be restored", "err", err)
-	} else if len(restored) > 0 {
-		a.log.Info("mount table restored", "mounts", len(restored))
+	if !takeover {
+		if restored, err := n.Restore(ctx); err != nil {
+			a.log.Error("some mounts of the mount table could not be restored", "err", err)
+		} else if len(restored) > 0 {
+			a.log.Info("mount table restored", "mounts", len(restored))
+		}
 	}
 	l, err := api.Listen(socket)
-	if err != nil {
+	if err != nil && !takeover {
 		return errors.Join(err, closeNode())
+	} else if err != nil {
+		keepServing("the API socket", err)
+	}
+	handedOver := make(chan struct{})
+	hl, err := api.Listen(hsock)
+	if err != nil && !takeover {
+		l.Close()
+		return errors.Join(fmt.Errorf("handover %w", err), closeNode())
+	} else if err != nil {
+		keepServing("the handover socket", err)
+	} else {
+		defer hl.Close()
+		go offerMounts(ctx, a, n, hl.(*net.UnixListener), handedOver)
 	}
 	srv := api.NewServer(n, a.log)
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
+	if l != nil {
+		go func() { served <- srv.Serve(l) }()
+	}
 	a.log.Info("daemon ready", "socket", socket, "state_dir", stateDir, "cache_dir", a.settings.Cache.Dir)
 	if err := sdNotify("READY=1"); err != nil {
 		a.log.Warn("sd_notify", "err", err)
@@ -106,6 +157,13 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 	case <-ctx.Done():
 	case err := <-served:
 		a.log.Error("API server stopped", "err", err)
+	case <-handedOver:
+		// The mounts are the new daemon's: exit without touching them.
+		if l != nil {
+			l.Close()
+		}
+		a.log.Info("handed the mounts over to the new daemon; exiting")
+		return nil
 	}
 	_ = sdNotify("STOPPING=1")
 	a.log.Info("stopping: draining outputs and unmounting")
@@ -114,6 +172,24 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 	cancel()
 	os.Remove(socket)
 	return closeNode()
+}
+
+// offerMounts answers new daemons on the handover socket, one at a time,
+// until one takes the mounts (handedOver is then closed).
+func offerMounts(ctx context.Context, a *app, n *node.Node, l *net.UnixListener, handedOver chan<- struct{}) {
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		committed, err := handover.Offer(ctx, c, n, version, a.log)
+		c.Close()
+		if committed {
+			close(handedOver)
+			return
+		}
+		a.log.Error("handover failed; this daemon goes on serving its mounts", "err", err)
+	}
 }
 
 // serveMetrics serves n's /metrics and /healthz on addr.

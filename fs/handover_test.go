@@ -1,0 +1,95 @@
+package fs
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// gateFS answers GETATTR once released, and counts RELEASEs.
+type gateFS struct {
+	fuse.RawFileSystem
+	entered  chan struct{}
+	release  chan struct{}
+	releases chan uint64
+}
+
+func (g *gateFS) GetAttr(c <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	g.entered <- struct{}{}
+	<-g.release
+	return fuse.OK
+}
+
+func (g *gateFS) Open(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	out.Fh = 7
+	return fuse.OK
+}
+
+func (g *gateFS) Release(c <-chan struct{}, in *fuse.ReleaseIn) { g.releases <- in.Fh }
+
+// TestHandoverGate: freezing waits for the requests running, holds new
+// ones until thawed, fails (thawed) when a request outlives its context;
+// opens are tracked, and a RELEASE of a handle never opened here (resent
+// after a handover) does not reach go-fuse.
+func TestHandoverGate(t *testing.T) {
+	g := &gateFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), entered: make(chan struct{}, 4),
+		release: make(chan struct{}), releases: make(chan uint64, 4)}
+	h := newHandoverFS(g)
+
+	// A request running: freeze waits for it.
+	done := make(chan struct{})
+	go func() { h.GetAttr(nil, &fuse.GetAttrIn{}, &fuse.AttrOut{}); close(done) }()
+	<-g.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	if err := h.freeze(ctx); err == nil {
+		t.Fatal("freeze succeeded with a request running past its context")
+	}
+	cancel()
+	// Thawed by the failure: a second request gets in.
+	go h.GetAttr(nil, &fuse.GetAttrIn{}, &fuse.AttrOut{})
+	<-g.entered
+	g.release <- struct{}{}
+	g.release <- struct{}{}
+	<-done
+
+	frozen := make(chan error, 1)
+	go func() { frozen <- h.freeze(context.Background()) }()
+	if err := <-frozen; err != nil {
+		t.Fatal(err)
+	}
+	// Frozen: a new request waits at the gate until thaw.
+	got := make(chan struct{})
+	go func() { h.GetAttr(nil, &fuse.GetAttrIn{}, &fuse.AttrOut{}); close(got) }()
+	select {
+	case <-g.entered:
+		t.Fatal("a request passed a frozen gate")
+	case <-time.After(100 * time.Millisecond):
+	}
+	h.thaw()
+	<-g.entered
+	g.release <- struct{}{}
+	<-got
+
+	var out fuse.OpenOut
+	if st := h.Open(nil, &fuse.OpenIn{InHeader: fuse.InHeader{NodeId: 5}, Flags: 0}, &out); !st.Ok() {
+		t.Fatal(st)
+	}
+	if hs := h.openHandles(); len(hs) != 1 || hs[0].Fh != 7 || hs[0].Node != 5 {
+		t.Fatalf("tracked handles: %+v", hs)
+	}
+	h.Release(nil, &fuse.ReleaseIn{Fh: 9})
+	h.Release(nil, &fuse.ReleaseIn{Fh: 7})
+	if fh := <-g.releases; fh != 7 {
+		t.Fatalf("release passed on for handle %d, want only 7", fh)
+	}
+	select {
+	case fh := <-g.releases:
+		t.Fatalf("release of unknown handle %d passed on", fh)
+	default:
+	}
+	if hs := h.openHandles(); len(hs) != 0 {
+		t.Fatalf("handles after release: %+v", hs)
+	}
+}

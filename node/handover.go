@@ -1,0 +1,334 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/cache"
+	mfs "github.com/mlfsd/mlfsd/fs"
+)
+
+// HandoverMount is one live mount as a node hands it to another process:
+// the request it was made with (credentials included: the handover socket
+// is root's, in the state directory), what the kernel holds of its server,
+// and its /dev/fuse fd (passed beside the message, SCM_RIGHTS).
+type HandoverMount struct {
+	Request MountRequest `json:"request"` // its Credentials redact themselves in JSON...
+	// ...so they travel here.
+	Credentials HandoverCredentials `json:"credentials"`
+	Info        MountInfo           `json:"info"`
+	Snapshot    *mfs.Snapshot       `json:"snapshot"`
+	Fd          int                 `json:"-"`
+}
+
+// HandoverCredentials are a mount's Credentials on the handover socket,
+// the one place they are marshalled whole; formatted or logged, they are
+// redacted as Credentials are.
+type HandoverCredentials struct {
+	OSSAccessKeyID     string `json:"oss_access_key_id,omitempty"`
+	OSSAccessKeySecret string `json:"oss_access_key_secret,omitempty"`
+	OSSSecurityToken   string `json:"oss_security_token,omitempty"`
+	HDFSUser           string `json:"hdfs_user,omitempty"`
+}
+
+func (c HandoverCredentials) creds() Credentials { return Credentials(c) }
+
+// String redacts the secret and the token.
+func (c HandoverCredentials) String() string { return c.creds().redacted() }
+
+// GoString redacts %#v as well.
+func (c HandoverCredentials) GoString() string { return c.creds().redacted() }
+
+// LogValue redacts in slog records.
+func (c HandoverCredentials) LogValue() slog.Value { return c.creds().LogValue() }
+
+// Handover is a node whose mounts are frozen for another process: every
+// request the kernel sends them waits. Abort lets them go on here; Commit
+// gives them up for good.
+type Handover struct {
+	n      *Node
+	mounts []*mount
+	// Mounts are what to send.
+	Mounts []HandoverMount
+}
+
+// errHandingOver refuses mount requests during a handover.
+var errHandingOver = errors.New("mlfsd daemon is handing its mounts over to a new daemon; try again")
+
+// FreezeForHandover freezes every mount and describes it for a new
+// process. Mount and unmount requests are refused until Abort. It fails,
+// with everything thawed, when a mount cannot be handed over.
+func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
+	n.mu.Lock()
+	if n.closed || n.handover {
+		n.mu.Unlock()
+		return nil, errors.New("the node is shutting down or already handing over")
+	}
+	h := &Handover{n: n}
+	for _, m := range n.mounts {
+		if !m.live() {
+			n.mu.Unlock()
+			return nil, fmt.Errorf("%s is being mounted; try again", m.req.Target)
+		}
+		m.mu.Lock()
+		busy := m.unmounting
+		m.mu.Unlock()
+		if busy {
+			n.mu.Unlock()
+			return nil, fmt.Errorf("%s is being unmounted; try again", m.req.Target)
+		}
+		if !m.req.ReadOnly {
+			n.mu.Unlock()
+			return nil, fmt.Errorf("%s is an output mount: handing over output mounts is not supported yet", m.info.Target)
+		}
+		h.mounts = append(h.mounts, m)
+	}
+	n.handover = true
+	n.mu.Unlock()
+
+	fail := func(err error) (*Handover, error) {
+		h.Abort()
+		return nil, err
+	}
+	var frozen []*mount
+	for _, m := range h.mounts {
+		if err := m.srv.Freeze(ctx); err != nil {
+			for _, f := range frozen {
+				f.srv.Thaw()
+			}
+			h.mounts = nil
+			return fail(err)
+		}
+		frozen = append(frozen, m)
+	}
+	for _, m := range h.mounts {
+		snap, err := m.srv.Snapshot()
+		if err != nil {
+			return fail(err)
+		}
+		h.Mounts = append(h.Mounts, HandoverMount{Request: m.req, Credentials: HandoverCredentials(m.req.Credentials),
+			Info: m.info, Snapshot: snap, Fd: m.srv.Fd()})
+	}
+	return h, nil
+}
+
+// Abort thaws the mounts: the node serves them on as before.
+func (h *Handover) Abort() {
+	for _, m := range h.mounts {
+		m.srv.Thaw()
+	}
+	h.n.mu.Lock()
+	h.n.handover = false
+	h.n.mu.Unlock()
+}
+
+// Commit gives the mounts up to the new process, which serves them once
+// this one exits: the cache is closed (its directory is the new one's) and
+// the mounts stay frozen. The passthrough backing files registered with
+// the kernel are the new daemon's now. The process must exit next, without unmounting.
+func (h *Handover) Commit() error {
+	n := h.n
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
+	var errs []error
+	n.cacheMu.Lock()
+	if n.cache != nil {
+		if err := n.cache.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the cache: %w", err))
+		}
+		n.cache = nil
+	}
+	n.cacheMu.Unlock()
+	return errors.Join(errs...)
+}
+
+// lateSource is the Source of an adopted input mount. The node's cache
+// can be opened only once the old daemon has closed it, and opening it
+// (a scan of its directory) may take long: the mounts serve at once, and
+// until the cache is open, files are read from their store directly; a
+// handle opened meanwhile moves to the cache at its first read after.
+type lateSource struct{ v atomic.Pointer[cache.View] }
+
+func (s *lateSource) Open(ctx context.Context, b backends.Backend, info backends.ObjectInfo) (cache.Handle, error) {
+	if v := s.v.Load(); v != nil {
+		return v.Open(ctx, b, info)
+	}
+	d, err := cache.DirectSource{}.Open(ctx, b, info)
+	if err != nil {
+		return nil, err
+	}
+	return &lateHandle{s: s, b: b, info: info, direct: d}, nil
+}
+
+// lateHandle is a file opened before the cache was.
+type lateHandle struct {
+	s      *lateSource
+	b      backends.Backend
+	info   backends.ObjectInfo
+	direct cache.Handle
+
+	mu     sync.Mutex
+	cached cache.Handle // GUARDED_BY(mu): opened from the cache once there is one
+	failed bool         // GUARDED_BY(mu): that open failed; stay direct
+}
+
+func (h *lateHandle) current(ctx context.Context) cache.Handle {
+	v := h.s.v.Load()
+	if v == nil {
+		return h.direct
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cached == nil && !h.failed {
+		c, err := v.Open(ctx, h.b, h.info)
+		if err != nil {
+			h.failed = true
+		} else {
+			h.cached = c
+		}
+	}
+	if h.cached != nil {
+		return h.cached
+	}
+	return h.direct
+}
+
+func (h *lateHandle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return h.current(ctx).ReadAt(ctx, p, off)
+}
+
+func (h *lateHandle) Close() error {
+	h.mu.Lock()
+	c := h.cached
+	h.mu.Unlock()
+	err := h.direct.Close()
+	if c != nil {
+		err = errors.Join(err, c.Close())
+	}
+	return err
+}
+
+// Adopted is the mounts of an old daemon, set up on their connections but
+// not serving until Serve.
+type Adopted struct {
+	n     *Node
+	items []adoptedMount
+}
+
+type adoptedMount struct {
+	m   *mount
+	a   *mfs.Adoption
+	src *lateSource
+}
+
+// Adopt sets up servers for mounts handed over by an old daemon. Nothing
+// reaches the kernel: on error (or Abort) the old daemon may serve on.
+func (n *Node) Adopt(ctx context.Context, mounts []HandoverMount) (*Adopted, error) {
+	ad := &Adopted{n: n}
+	for i, hm := range mounts {
+		if err := ad.add(ctx, hm); err != nil {
+			for _, rest := range mounts[i:] {
+				unix.Close(rest.Fd)
+			}
+			ad.Abort()
+			return nil, fmt.Errorf("taking over %s: %w", hm.Info.Target, err)
+		}
+	}
+	return ad, nil
+}
+
+func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
+	n := ad.n
+	req := hm.Request
+	req.Credentials = hm.Credentials.creds()
+	if !req.ReadOnly {
+		return errors.New("output mounts cannot be taken over yet")
+	}
+	if hm.Snapshot == nil {
+		return errors.New("no snapshot of the mount's server")
+	}
+	u, err := backends.ParseURI(req.URI)
+	if err != nil {
+		return err
+	}
+	set, err := n.opt.Settings.WithMountOptions(req.Options)
+	if err != nil {
+		return err
+	}
+	raw, key, release, err := n.pool.acquire(ctx, u, set.Backend, req.Credentials)
+	if err != nil {
+		return err
+	}
+	m := &mount{req: req, info: hm.Info, ready: make(chan struct{}), done: make(chan struct{}), releaseBackend: release}
+	m.metrics = newMountMetrics(req.Target)
+	b := instrument(raw, m.metrics)
+	src := &lateSource{}
+	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug, ReadOnly: true}
+	a, err := mfs.AdoptInput(hm.Fd, req.Target, hm.Snapshot, b, mfs.InputOptions{Source: src, Key: key, Log: n.log}, mopt)
+	if err != nil {
+		release()
+		return err
+	}
+	ad.items = append(ad.items, adoptedMount{m: m, a: a, src: src})
+	return nil
+}
+
+// Abort gives up the adoption; the handed-over fds are closed.
+func (ad *Adopted) Abort() {
+	for _, it := range ad.items {
+		it.a.Abort()
+		it.m.releaseBackend()
+	}
+	ad.items = nil
+}
+
+// Serve serves the adopted mounts, then opens the cache under them. Call
+// it once the old daemon exited. A mount that fails here is lost to both
+// daemons; its error is returned and the others serve. A cache that cannot
+// be opened leaves the mounts reading from their stores.
+func (ad *Adopted) Serve() error {
+	n := ad.n
+	var errs []error
+	var served []adoptedMount
+	for _, it := range ad.items {
+		srv, err := it.a.Serve()
+		if err != nil {
+			it.a.Abort()
+			it.m.releaseBackend()
+			errs = append(errs, err)
+			continue
+		}
+		it.m.srv = srv
+		served = append(served, it)
+		n.log.Info("serving a mount taken over", "mountpoint", it.m.info.Target)
+	}
+	c, err := n.sharedCache()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("%w: the mounts taken over read from their stores directly", err))
+	}
+	for _, it := range served {
+		m := it.m
+		if c != nil {
+			m.view = c.View()
+			m.metrics.serveFrom(m.view)
+			it.src.v.Store(m.view)
+		}
+		n.mu.Lock()
+		n.mounts[m.req.Target] = m
+		n.mu.Unlock()
+		close(m.ready)
+		go n.watch(m)
+		n.log.Info("took over mount", "source", m.info.URI, "mountpoint", m.info.Target, "mounted_at", m.info.MountedAt.Format(time.RFC3339))
+	}
+	n.saveState()
+	return errors.Join(errs...)
+}
