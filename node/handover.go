@@ -271,9 +271,15 @@ func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 	m := &mount{req: req, info: hm.Info, ready: make(chan struct{}), done: make(chan struct{}), releaseBackend: release}
 	m.metrics = newMountMetrics(req.Target)
 	b := instrument(raw, m.metrics)
+	// A taken-over mount reads through the shared tier, as mountNow's do.
+	in, err := n.shared.through(ctx, b, set)
+	if err != nil {
+		release()
+		return err
+	}
 	src := &lateSource{}
 	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug, ReadOnly: true}
-	a, err := mfs.AdoptInput(hm.Fd, req.Target, hm.Snapshot, b, mfs.InputOptions{Source: src, Key: key, Log: n.log}, mopt)
+	a, err := mfs.AdoptInput(hm.Fd, req.Target, hm.Snapshot, in, mfs.InputOptions{Source: src, Key: key, Log: n.log}, mopt)
 	if err != nil {
 		release()
 		return err
