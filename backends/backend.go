@@ -177,6 +177,17 @@ type Linker interface {
 	Symlink(ctx context.Context, key, target string) error
 }
 
+// ExclusiveWriter is implemented by stores that can publish a small object
+// only if nothing is at its key yet (OSS x-oss-forbid-overwrite, S3
+// If-None-Match, HDFS create without overwrite, NAS link(2)). Of several
+// callers racing on one key, across processes and hosts, exactly one
+// succeeds; the others get an error wrapping ErrExist and the object stays
+// as the winner wrote it. Leases and single-flight markers on a shared store
+// are built on it.
+type ExclusiveWriter interface {
+	WriteExclusive(ctx context.Context, key string, data []byte) (ObjectInfo, error)
+}
+
 // Unwrapper is implemented by decorators of a Backend (metrics, fault
 // injection), so that the optional interfaces of the backend they wrap stay
 // discoverable through As.
