@@ -79,6 +79,16 @@ type ListOptions struct {
 	Recursive bool
 	// Token continues a previous listing ("" starts one).
 	Token string
+	// StartAfter, when set, starts the listing after this key, as OSS's
+	// marker and S3's start-after: only entries that sort after it are
+	// listed. Keys compare as byte strings; a file sorts by its Key, a
+	// directory by its Key in stores with real directories (NAS, HDFS) and
+	// by its Key followed by '/' in stores that keep it as a prefix or a
+	// marker (OSS). A listing that starts after s is a suffix of the whole
+	// listing, and a larger s gives a shorter suffix: disjoint ranges of one
+	// wide directory can be listed in parallel (backends/parlist). Later
+	// pages keep it and add Token, which lies beyond it.
+	StartAfter string
 	// MaxKeys bounds the page size; 0 lets the backend choose (about 1000).
 	MaxKeys int
 	// Links asks a Linker store to list symbolic links as links (with

@@ -48,6 +48,10 @@ var mutants = map[string]struct {
 		func(b backends.Backend) backends.Backend { return &reversePage{b} },
 		[]string{"ListDelimiter", "KeyNames"},
 	},
+	"ignores-start-after": {
+		func(b backends.Backend) backends.Backend { return &ignoreStartAfter{b} },
+		[]string{"ListStartAfter"},
+	},
 	"visible-before-commit": {
 		func(b backends.Backend) backends.Backend { return &eagerWrite{b} },
 		[]string{"WriteInvisibleUntilCommit", "Abort"},
@@ -187,6 +191,13 @@ func (m *dropPageEnd) List(ctx context.Context, opt backends.ListOptions) (backe
 		p.Objects = append(p.Objects[:len(p.Objects)-2], p.Objects[len(p.Objects)-1])
 	}
 	return p, err
+}
+
+type ignoreStartAfter struct{ backends.Backend }
+
+func (m *ignoreStartAfter) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
+	opt.StartAfter = ""
+	return m.Backend.List(ctx, opt)
 }
 
 type reversePage struct{ backends.Backend }

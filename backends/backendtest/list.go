@@ -259,3 +259,59 @@ func testListSmallPages(t *testing.T, s *suite) {
 		wantKeys(t, fmt.Sprintf("recursive files with MaxKeys=%d", max), r.fileKeys(), keys)
 	}
 }
+
+// testListStartAfter: a listing that starts after a key returns exactly
+// the files whose keys sort after it (byte order), with pages and tokens
+// working as in a listing from the start; a directory is listed when both
+// places a store may sort it at (its key, its key and '/') lie after the
+// key, and not when both lie at or before it.
+func testListStartAfter(t *testing.T, s *suite) {
+	b := s.open(t)
+	files := []string{
+		"a", "a b", "a+c", "a-b", "a.c", "a0", "a00", "a1", "a9", "aa", "b", "b%2F", "b0",
+		"d/x", "d-", "d.txt", "e/f/g", "img_000999.jpg", "img_001", "img_001000.jpg", "img_00100", "z",
+		"é", "éa", "日本", "日本語", "🙂", "p/k1", "p/k2", "p/k2x", "p/k3", "p/q/r",
+	}
+	for _, k := range files {
+		put(t, b, k, []byte(k))
+	}
+	slices.Sort(files)
+	dirs := map[string][]string{"": {"d", "e", "p"}, "p/": {"p/q"}}
+	afters := []string{"", " ", "a", "a ", "a-", "a0", "a09", "a1", "aZ", "b%", "d", "d-", "d.", "d/", "d/x", "d0",
+		"img_000999.jpg", "img_001", "img_0010", "img_001000.jpg", "img_001000.jpg0", "img_0011", "y",
+		"é", "éa", "日", "日本", "日本語a", "🙂", "\U0010FFFF", "p/", "p/k1", "p/k2", "p/k2w", "p/k4", "p/q", "p/q/r"}
+	for _, prefix := range []string{"", "p/"} {
+		for _, rec := range []bool{false, true} {
+			for _, after := range afters {
+				for _, max := range []int{0, 2} {
+					opt := backends.ListOptions{Prefix: prefix, Recursive: rec, StartAfter: after, MaxKeys: max}
+					what := fmt.Sprintf("List(prefix=%q recursive=%v startAfter=%q maxKeys=%d)", prefix, rec, after, max)
+					l := listAll(t, b, opt)
+					var want []string
+					for _, f := range files {
+						if strings.HasPrefix(f, prefix) && f > after && (rec || !strings.Contains(f[len(prefix):], "/")) {
+							want = append(want, f)
+						}
+					}
+					wantKeys(t, what, l.fileKeys(), want)
+					if rec {
+						wantRecursiveDirs(t, what, l)
+						continue
+					}
+					got := map[string]bool{}
+					for _, d := range l.dirs {
+						got[d] = true
+					}
+					for _, d := range dirs[prefix] {
+						switch {
+						case d > after && !got[d]:
+							t.Errorf("%s: directory %q not listed", what, d)
+						case d+"/" <= after && got[d]:
+							t.Errorf("%s: directory %q listed, but it sorts before the start", what, d)
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -95,6 +95,7 @@ func RunOptions(t *testing.T, newBackend func(t *testing.T) backends.Backend, op
 		{"ListPrefixPartial", testListPrefixPartial},
 		{"ListSmallPages", testListSmallPages},
 		{"ListManyKeys", testListManyKeys},
+		{"ListStartAfter", testListStartAfter},
 		{"LargeStreamingWrite", testLargeStreamingWrite},
 		{"ConcurrentReaders", testConcurrentReaders},
 		{"ConcurrentWritersSameKey", testConcurrentWritersSameKey},

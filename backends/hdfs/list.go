@@ -73,7 +73,9 @@ func (c *listCache) put(k listCacheKey, entries []backends.ObjectInfo) {
 
 // List returns one page of the entries under opt.Prefix. Directories are
 // objects with IsDir set, in recursive listings too; Prefixes stay empty.
-// A first page (no token) always reads HDFS afresh.
+// A first page (no token, no StartAfter) always reads HDFS afresh; a page
+// that starts after a key continues a listing, as one with a token does
+// (ranges of one directory listed in parallel read it once).
 func (b *backend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
 	if err := ctx.Err(); err != nil {
 		return backends.ListPage{}, &backends.OpError{Op: "list", Key: opt.Prefix, Err: err}
@@ -81,13 +83,14 @@ func (b *backend) List(ctx context.Context, opt backends.ListOptions) (backends.
 	if strings.HasPrefix(opt.Prefix, "/") || strings.Contains(opt.Prefix, "//") {
 		return backends.ListPage{}, backends.Wrap("list", opt.Prefix, backends.ErrInvalid, errors.New("malformed prefix"))
 	}
+	after := max(opt.Token, opt.StartAfter)
 	max := opt.MaxKeys
 	if max <= 0 {
 		max = defaultMaxKeys
 	}
 	ck := listCacheKey{prefix: opt.Prefix, recursive: opt.Recursive}
 	entries, ok := []backends.ObjectInfo(nil), false
-	if opt.Token != "" {
+	if after != "" {
 		entries, ok = b.lists.get(ck)
 	}
 	if !ok {
@@ -99,8 +102,8 @@ func (b *backend) List(ctx context.Context, opt backends.ListOptions) (backends.
 		b.lists.put(ck, entries)
 	}
 	i := 0
-	if opt.Token != "" {
-		i = sort.Search(len(entries), func(i int) bool { return entries[i].Key > opt.Token })
+	if after != "" {
+		i = sort.Search(len(entries), func(i int) bool { return entries[i].Key > after })
 	}
 	var page backends.ListPage
 	end := min(len(entries), i+max)

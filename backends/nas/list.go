@@ -16,7 +16,7 @@ import (
 const defaultMaxKeys = 1000
 
 // List returns one page of entries under opt.Prefix in ascending key
-// order. Directories are real, so they list as objects with IsDir set
+// order (StartAfter included: a directory sorts by its key). Directories are real, so they list as objects with IsDir set
 // (Prefixes stays empty); a recursive listing includes them too, each just
 // before the keys below it. NextToken is the last key returned: the next
 // page starts after it, skipping whole subtrees that sort before it.
@@ -41,11 +41,14 @@ func (b *backend) List(ctx context.Context, opt backends.ListOptions) (backends.
 		}
 		rel = p.rel
 	}
+	// A token is the last key returned, so StartAfter is one too: the
+	// walk starts after whichever lies further on.
+	after := max(opt.Token, opt.StartAfter)
 	max := opt.MaxKeys
 	if max <= 0 {
 		max = defaultMaxKeys
 	}
-	l := &lister{b: b, ctx: ctx, token: opt.Token, max: max, recursive: opt.Recursive, links: opt.Links, ancestors: map[devIno]bool{}}
+	l := &lister{b: b, ctx: ctx, token: after, max: max, recursive: opt.Recursive, links: opt.Links, ancestors: map[devIno]bool{}}
 	if err := l.walk(rel, dirKey, namePrefix, true); err != nil {
 		return backends.ListPage{}, mapErr("list", opt.Prefix, err)
 	}

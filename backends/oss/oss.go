@@ -244,14 +244,16 @@ func (b *Backend) Stat(ctx context.Context, key string) (backends.ObjectInfo, er
 
 // dirExists reports whether anything (a marker or objects) lies under key/.
 func (b *Backend) dirExists(ctx context.Context, key string) (bool, error) {
-	res, err := b.listRaw(ctx, b.object(key)+"/", "", "", 1)
+	res, err := b.listRaw(ctx, b.object(key)+"/", "", "", "", 1)
 	if err != nil {
 		return false, err
 	}
 	return len(res.Objects) > 0 || len(res.CommonPrefixes) > 0, nil
 }
 
-func (b *Backend) listRaw(ctx context.Context, prefix, delim, token string, max int) (alioss.ListObjectsResultV2, error) {
+// listRaw lists one page of objects under prefix. startAfter (a full
+// object name) counts only when token is "": a token lies beyond it.
+func (b *Backend) listRaw(ctx context.Context, prefix, delim, token, startAfter string, max int) (alioss.ListObjectsResultV2, error) {
 	var res alioss.ListObjectsResultV2
 	opts := []alioss.Option{alioss.Prefix(prefix), alioss.MaxKeys(max), alioss.WithContext(ctx)}
 	if delim != "" {
@@ -259,6 +261,8 @@ func (b *Backend) listRaw(ctx context.Context, prefix, delim, token string, max 
 	}
 	if token != "" {
 		opts = append(opts, alioss.ContinuationToken(token))
+	} else if startAfter != "" {
+		opts = append(opts, alioss.StartAfter(startAfter))
 	}
 	err := b.retry(ctx, func() error {
 		var err error
@@ -280,7 +284,11 @@ func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.
 	if opt.Recursive {
 		delim = ""
 	}
-	res, err := b.listRaw(ctx, b.object(opt.Prefix), delim, opt.Token, max)
+	startAfter := ""
+	if opt.StartAfter != "" {
+		startAfter = b.object(opt.StartAfter)
+	}
+	res, err := b.listRaw(ctx, b.object(opt.Prefix), delim, opt.Token, startAfter, max)
 	if err != nil {
 		return backends.ListPage{}, b.wrapErr("list", opt.Prefix, err)
 	}
@@ -332,7 +340,7 @@ func (b *Backend) Delete(ctx context.Context, key string) error {
 			return b.wrapErr("delete", k, b.deleteObject(ctx, b.object(k)))
 		}
 	}
-	res, err := b.listRaw(ctx, b.object(k)+"/", "", "", 2)
+	res, err := b.listRaw(ctx, b.object(k)+"/", "", "", "", 2)
 	if err != nil {
 		return b.wrapErr("delete", k, err)
 	}
