@@ -18,6 +18,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/parlist"
 )
 
 // An input mount is an immutable snapshot of its channel: names, attributes
@@ -267,23 +268,21 @@ func (d *inDir) fetch(ctx context.Context) (map[string]backends.ObjectInfo, erro
 		}
 		entries[name] = info
 	}
-	opt := backends.ListOptions{Prefix: prefix}
-	for {
-		page, err := d.fsys.b.List(ctx, opt)
-		if err != nil {
-			return nil, err
-		}
-		for _, o := range page.Objects {
-			add(o)
-		}
-		for _, p := range page.Prefixes {
-			add(backends.ObjectInfo{Key: p, IsDir: true, ModTime: d.info.ModTime})
-		}
-		if page.NextToken == "" {
-			return entries, nil
-		}
-		opt.Token = page.NextToken
+	// A wide directory is listed in ranges at once, not page after page:
+	// 100,000 entries are 100 pages, 100 round trips in a row otherwise.
+	page, err := parlist.List(ctx, d.fsys.b, backends.ListOptions{Prefix: prefix}, parlist.Options{})
+	if err != nil {
+		return nil, err
 	}
+	// Objects come in key order, a file before a directory of the same
+	// key, so the directory wins there; prefixes are directories too.
+	for _, o := range page.Objects {
+		add(o)
+	}
+	for _, p := range page.Prefixes {
+		add(backends.ObjectInfo{Key: p, IsDir: true, ModTime: d.info.ModTime})
+	}
+	return entries, nil
 }
 
 func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

@@ -204,16 +204,29 @@ func TestInputMissingChannel(t *testing.T) {
 	}
 }
 
-// countingBackend counts List calls and can fail reads with a chosen error.
+// countingBackend counts List and Stat calls and can fail reads with a
+// chosen error.
 type countingBackend struct {
 	backends.Backend
-	lists   atomic.Int64
-	readErr error
+	lists atomic.Int64
+	// listings counts listings begun: List calls with neither a token nor
+	// StartAfter (a wide directory is listed in ranges, many calls each).
+	listings atomic.Int64
+	stats    atomic.Int64
+	readErr  error
 }
 
 func (c *countingBackend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
 	c.lists.Add(1)
+	if opt.Token == "" && opt.StartAfter == "" {
+		c.listings.Add(1)
+	}
 	return c.Backend.List(ctx, opt)
+}
+
+func (c *countingBackend) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	c.stats.Add(1)
+	return c.Backend.Stat(ctx, key)
 }
 
 func (c *countingBackend) Read(ctx context.Context, key string, opt backends.ReadOptions) (io.ReadCloser, error) {
@@ -301,8 +314,9 @@ func TestCheckMountpoint(t *testing.T) {
 // order, from the kernel's directory cache the second time.
 func TestInputListsSubdirectoriesAhead(t *testing.T) {
 	src := t.TempDir()
-	// d00 holds 3,000 entries: 4 pages of the NAS backend's 1,000.
-	const dirs, wide, d00Pages = 30, 3000, 4
+	// d00 holds 3,000 entries: 4 pages of the NAS backend's 1,000, listed
+	// in ranges at once (each range a listing after a key, not counted).
+	const dirs, wide = 30, 3000
 	for i := range dirs {
 		d := filepath.Join(src, fmt.Sprintf("d%02d", i))
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -328,10 +342,10 @@ func TestInputListsSubdirectoriesAhead(t *testing.T) {
 		t.Fatalf("root: %d entries, %v; want %d", len(top), err, dirs)
 	}
 	// The root's listing, then one per subdirectory, without our asking.
-	const lists = 1 + dirs - 1 + d00Pages
-	for deadline := time.Now().Add(time.Minute); cb.lists.Load() < lists; {
+	const lists = 1 + dirs
+	for deadline := time.Now().Add(time.Minute); cb.listings.Load() < lists; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d List calls after listing the root; want %d (the subdirectories listed ahead)", cb.lists.Load(), lists)
+			t.Fatalf("%d listings after listing the root; want %d (the subdirectories listed ahead)", cb.listings.Load(), lists)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -356,7 +370,22 @@ func TestInputListsSubdirectoriesAhead(t *testing.T) {
 			t.Fatalf("d%02d/f: %v, %v", i, b, err)
 		}
 	}
-	if n := cb.lists.Load(); n != lists {
-		t.Fatalf("%d List calls; want %d: each directory listed once", n, lists)
+	if n := cb.listings.Load(); n != lists {
+		t.Fatalf("%d listings; want %d: each directory listed once", n, lists)
+	}
+	// ls -l: every entry's attributes come from the listing, no request
+	// per entry (the one Stat was the mount's, of its root).
+	stats := cb.stats.Load()
+	for _, name := range want {
+		fi, err := os.Lstat(filepath.Join(mnt, "d00", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantSize := map[bool]int64{true: 1}[name == "f"]; fi.Size() != wantSize || !fi.Mode().IsRegular() {
+			t.Fatalf("d00/%s: size %d mode %v, want a file of %d bytes", name, fi.Size(), fi.Mode(), wantSize)
+		}
+	}
+	if n := cb.stats.Load() - stats; n != 0 {
+		t.Fatalf("%d Stat calls for an ls -l of a listed directory; want none", n)
 	}
 }

@@ -16,7 +16,8 @@
 //     (the same mount) ÷ the same epoch on local disk;
 //   - list (--only list): a cold `ls -l` and `ls -f` of one directory of
 //     100,000 entries through a fresh mount, and the OSS backend listing it
-//     page after page without FUSE (what the store alone costs);
+//     page after page without FUSE (what the store alone costs) and in
+//     ranges at once (backends/parlist, what an input mount does);
 //   - the daemon's peak RSS (VmHWM) against --cache-memory + 256 MiB.
 //
 // Usage (as root, FUSE needs it):
@@ -52,6 +53,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss"
+	"github.com/mlfsd/mlfsd/backends/parlist"
 	"github.com/mlfsd/mlfsd/bench"
 )
 
@@ -146,9 +148,10 @@ type result struct {
 	ColdBackendFiles, ColdNoPrefetchBackendFiles            int64 // GETs the emulator served during each cold epoch
 	// The list workload: seconds of a cold `ls -l` of one directory
 	// through a fresh mount, of `ls -f` (names only) through another, and
-	// of listing it with the OSS backend, page after page, without FUSE.
-	ListLSL, ListLSF, ListDirect float64
-	PeakRSS                      int64
+	// of listing it with the OSS backend, page after page, without FUSE,
+	// and in ranges at once (backends/parlist, as an input mount does).
+	ListLSL, ListLSF, ListDirect, ListDirectParallel float64
+	PeakRSS                                          int64
 }
 
 func run(c config) error {
@@ -817,7 +820,7 @@ func benchSmall(ctx context.Context, c config, emu *emulator, emuRoot string, r 
 // benchList times a cold listing of one directory of c.listEntries
 // entries: `ls -l` (names and attributes) and `ls -f` (names only, no
 // sorting), each through a fresh mount, and the OSS backend listing it page
-// by page without FUSE (what the store costs).
+// by page without FUSE (what the store costs), then in ranges at once.
 func benchList(ctx context.Context, c config, emu *emulator, res *result) error {
 	u, _ := backends.ParseURI("oss://bench/list/")
 	b, err := oss.New(ctx, u, oss.Options{Endpoint: emu.endpoint}, slog.New(slog.DiscardHandler))
@@ -842,6 +845,15 @@ func benchList(ctx context.Context, c config, emu *emulator, res *result) error 
 	res.ListDirect = time.Since(start).Seconds()
 	if n != c.listEntries {
 		return fmt.Errorf("direct listing: %d entries, want %d", n, c.listEntries)
+	}
+	start = time.Now()
+	page, err := parlist.List(ctx, b, backends.ListOptions{}, parlist.Options{})
+	if err != nil {
+		return fmt.Errorf("parallel listing: %w", err)
+	}
+	res.ListDirectParallel = time.Since(start).Seconds()
+	if n := len(page.Objects) + len(page.Prefixes); n != c.listEntries {
+		return fmt.Errorf("parallel listing: %d entries, want %d", n, c.listEntries)
 	}
 	for _, ls := range []struct {
 		flag string
@@ -921,9 +933,9 @@ func report(c config, rs []result, rssBound int64) {
 			col(func(r result) float64 { return r.LocalFPS }), col(func(r result) float64 { return r.WarmRatio3 }))
 	}
 	if c.wants("list") {
-		fmt.Printf("cold listing of one directory of %d entries, seconds: ls -l %.2f (goal < 3), ls -f %.2f, OSS backend alone (no FUSE) %.2f\n",
+		fmt.Printf("cold listing of one directory of %d entries, seconds: ls -l %.2f (goal < 3), ls -f %.2f, OSS backend alone (no FUSE) %.2f page after page, %.2f in ranges at once\n",
 			c.listEntries, col(func(r result) float64 { return r.ListLSL }), col(func(r result) float64 { return r.ListLSF }),
-			col(func(r result) float64 { return r.ListDirect }))
+			col(func(r result) float64 { return r.ListDirect }), col(func(r result) float64 { return r.ListDirectParallel }))
 	}
 	fmt.Printf("daemon peak RSS %s; bound --cache-memory + 256MiB = %s: %s\n", humanize.IBytes(uint64(peak)), humanize.IBytes(uint64(rssBound)),
 		map[bool]string{true: "within", false: "EXCEEDED"}[peak < rssBound])
