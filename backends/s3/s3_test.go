@@ -12,6 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awscreds "github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/backendtest"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
@@ -69,13 +74,6 @@ func openURI(t testing.TB, uri string, opt Options) *Backend {
 	return b.(*Backend)
 }
 
-// smallParts makes multipart uploads cheap in tests: S3 requires parts of
-// at least 5 MiB, which Options enforces; the emulator takes smaller ones.
-func smallParts(b *Backend, part, threshold int64) *Backend {
-	b.opt.PartSize, b.opt.MultipartThreshold = part, threshold
-	return b
-}
-
 // TestConformance runs the backend conformance suite against the S3 face
 // of the emulator, over a real socket, with SigV4 signatures checked.
 func TestConformance(t *testing.T) {
@@ -100,6 +98,7 @@ func TestConformanceStore(t *testing.T) {
 	if bucket == "" {
 		bucket = "mlfsd-test"
 	}
+	createBucket(t, ep, bucket)
 	run := time.Now().UnixNano()
 	n := 0
 	var mu sync.Mutex
@@ -117,6 +116,33 @@ func TestConformanceStore(t *testing.T) {
 		t.Cleanup(func() { purge(t, b) })
 		raceExclusive(t, b, 8)
 	})
+}
+
+// createBucket creates bucket at the store ep unless it exists.
+func createBucket(t *testing.T, ep, bucket string) {
+	t.Helper()
+	e, err := resolveEndpoint(ep, "", "", "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := loadCredentials("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s3.New(s3.Options{Region: e.region, BaseEndpoint: aws.String(e.url), UsePathStyle: e.pathStyle,
+		Credentials: awscreds.NewStaticCredentialsProvider(cred.id, cred.secret, cred.token)})
+	_, err = c.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+	if code := apiCode(err); err != nil && code != "BucketAlreadyOwnedByYou" && code != "BucketAlreadyExists" {
+		t.Fatalf("create bucket %s at %s: %v", bucket, ep, err)
+	}
+}
+
+func apiCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
 }
 
 // purge deletes everything under b's root.
