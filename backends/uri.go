@@ -30,12 +30,13 @@ const (
 //	nas:///abs/path/                alias file:///abs/path/
 //	s3://bucket/prefix/             endpoint, region and addressing from
 //	                                configuration (AWS S3 by default)
-//	s3://bucket/prefix/?endpoint=http://minio:9000&region=us-east-1&path_style=true
+//	s3://bucket/prefix/?endpoint=http://minio:9000&region=us-east-1&path_style=true&profile=minio
 //	                                an S3-compatible store named in the URI
 //
 // The s3 scheme alone takes a query, and only the parameters endpoint
-// (host[:port], with an optional http:// or https://), region and
-// path_style (true or false): S3 bucket names may contain dots, so the
+// (host[:port], with an optional http:// or https://), region, path_style
+// (true or false) and profile (a section of the credentials file, never a
+// credential itself): S3 bucket names may contain dots, so the
 // oss bucket.endpoint form would be ambiguous, and one node may reach two
 // S3 stores at once (the shared cache tier in-cluster, a dataset on AWS).
 type URI struct {
@@ -53,6 +54,10 @@ type URI struct {
 	// PathStyle is the S3 path_style parameter: "true", "false", or "" when
 	// it comes from configuration (S3 only).
 	PathStyle string
+	// Profile is the S3 profile parameter: the section of the credentials
+	// file whose key reaches this store, so that one node can hold keys
+	// for two stores (S3 only; "" for the node's default credentials).
+	Profile string
 	// Hosts are the HDFS namenode addresses (HDFS only).
 	Hosts []string
 	// Path is the object path, always starting with '/'; it ends with '/'
@@ -204,7 +209,7 @@ func ParseURI(s string) (URI, error) {
 // forms are the documented URI forms, by scheme, for error messages.
 var forms = map[string]string{
 	"oss":  "oss://bucket/prefix/ or oss://bucket.endpoint/prefix/",
-	"s3":   "s3://bucket/prefix/ or s3://bucket/prefix/?endpoint=host:port&region=r&path_style=true",
+	"s3":   "s3://bucket/prefix/ or s3://bucket/prefix/?endpoint=host:port&region=r&path_style=true&profile=p",
 	"hdfs": "hdfs://namenode:port/path/",
 	"nas":  "nas:///abs/path/",
 	"file": "file:///abs/path/",
@@ -363,7 +368,7 @@ func validS3Bucket(b string) bool {
 }
 
 // s3Params are the query parameters an s3:// URI takes.
-var s3Params = []string{"endpoint", "path_style", "region"}
+var s3Params = []string{"endpoint", "path_style", "profile", "region"}
 
 // parseS3Query sets the S3 parameters of u from the query of an s3:// URI.
 // Each may appear once; anything else is refused, and a parameter that
@@ -397,6 +402,11 @@ func (u *URI) parseS3Query(raw string) error {
 				return fmt.Errorf("path_style %q: want true or false", v)
 			}
 			u.PathStyle = v
+		case "profile":
+			if !validProfile(v) {
+				return fmt.Errorf("invalid profile %q (want letters, digits, '-', '_' and '.')", v)
+			}
+			u.Profile = v
 		default:
 			return fmt.Errorf("unknown query parameter %q (an s3:// URI takes %s)", k, strings.Join(s3Params, ", "))
 		}
@@ -419,6 +429,18 @@ func checkS3Endpoint(ep string) error {
 		return errors.New("want host[:port] with an optional http:// or https://")
 	}
 	return checkHostPort(hp, false)
+}
+
+func validProfile(p string) bool {
+	if p == "" || len(p) > 64 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 func validRegion(r string) bool {
@@ -502,6 +524,9 @@ func (u URI) String() string {
 		}
 		if u.PathStyle != "" {
 			q.Set("path_style", u.PathStyle)
+		}
+		if u.Profile != "" {
+			q.Set("profile", u.Profile)
 		}
 		if len(q) > 0 {
 			s += "?" + q.Encode()

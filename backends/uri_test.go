@@ -93,6 +93,7 @@ func TestParseS3URI(t *testing.T) {
 			"s3://bkt/p/?endpoint=10.0.0.5%3A8333&region=eu-west-1"},
 		{"s3://bkt/with%20space/?path_style=false", "bkt", "", "", "false", "/with space/", "s3://bkt/with%20space/?path_style=false"},
 		{"s3://bkt/q%3Fx/", "bkt", "", "", "", "/q?x/", "s3://bkt/q%3Fx/"},
+		{"s3://bkt/p/?profile=minio&endpoint=m:9000", "bkt", "m:9000", "", "", "/p/", "s3://bkt/p/?endpoint=m%3A9000&profile=minio"},
 	}
 	for _, c := range cases {
 		u, err := ParseURI(c.in)
@@ -109,7 +110,7 @@ func TestParseS3URI(t *testing.T) {
 		if again, err := ParseURI(u.String()); err != nil || !reflect.DeepEqual(again, u) {
 			t.Errorf("ParseURI(%q) = %+v, %v; want %+v", u.String(), again, err, u)
 		}
-		if d := u.Dir(); d.Endpoint != u.Endpoint || d.Region != u.Region || d.PathStyle != u.PathStyle {
+		if d := u.Dir(); d.Endpoint != u.Endpoint || d.Region != u.Region || d.PathStyle != u.PathStyle || d.Profile != u.Profile {
 			t.Errorf("%q.Dir() lost the parameters: %+v", c.in, d)
 		}
 	}
@@ -123,6 +124,7 @@ func TestParseS3URI(t *testing.T) {
 		"s3://bkt/x/?path_style=yes":                 "true or false",
 		"s3://bkt/x/?region=a&region=b":              "2 times",
 		"s3://bkt/x/?region=US_EAST":                 "invalid region",
+		"s3://bkt/x/?profile=a%20b":                  "invalid profile",
 		"s3://bkt/x/#frag":                           "fragment",
 		"s3://bkt/x/?region=r#frag":                  "fragment",
 		"s3://AK:SK@bkt/x/":                          "credentials",

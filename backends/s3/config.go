@@ -20,11 +20,22 @@ func (c credentials) String() string { return "credentials{redacted}" }
 // GoString hides the secret from %#v as well.
 func (c credentials) GoString() string { return c.String() }
 
-// loadCredentials reads the credentials file when one is given, otherwise
+// loadCredentials returns the key a URI's profile names, from the
+// credentials file (file, else $AWS_SHARED_CREDENTIALS_FILE); without a
+// profile, it reads the credentials file when one is given, otherwise
 // AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN.
-func loadCredentials(file string) (credentials, error) {
+func loadCredentials(file, profile string) (credentials, error) {
+	if profile != "" {
+		if file == "" {
+			file = os.Getenv("AWS_SHARED_CREDENTIALS_FILE")
+		}
+		if file == "" {
+			return credentials{}, fmt.Errorf("the URI names S3 profile %q: pass --s3-credentials-file (or set AWS_SHARED_CREDENTIALS_FILE) with a [%s] section", profile, profile)
+		}
+		return readCredentialsFile(file, profile, true)
+	}
 	if file != "" {
-		return readCredentialsFile(file, os.Getenv("AWS_PROFILE"))
+		return readCredentialsFile(file, os.Getenv("AWS_PROFILE"), false)
 	}
 	c := credentials{
 		id:     os.Getenv("AWS_ACCESS_KEY_ID"),
@@ -40,9 +51,10 @@ func loadCredentials(file string) (credentials, error) {
 // readCredentialsFile parses an AWS shared credentials file (INI sections
 // of aws_access_key_id, aws_secret_access_key and aws_session_token; the
 // section named by profile, else [default]) or an env file
-// (AWS_ACCESS_KEY_ID=... lines, outside any section). A file that group or
-// others may read is refused, as ssh refuses a private key.
-func readCredentialsFile(path, profile string) (credentials, error) {
+// (AWS_ACCESS_KEY_ID=... lines, outside any section); strict: only the
+// named profile will do. A file that group or others may read is refused,
+// as ssh refuses a private key.
+func readCredentialsFile(path, profile string, strict bool) (credentials, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return credentials{}, fmt.Errorf("S3 credentials file: %w", err)
@@ -98,6 +110,9 @@ func readCredentialsFile(path, profile string) (credentials, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return credentials{}, fmt.Errorf("S3 credentials file %s: %w", path, err)
+	}
+	if strict && !found {
+		return credentials{}, fmt.Errorf("S3 credentials file %s has no profile [%s]", path, profile)
 	}
 	c := top
 	if found {

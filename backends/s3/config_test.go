@@ -42,24 +42,37 @@ aws_session_token = TOKEN
 		{"", "AKDEFAULT", "SKDEFAULT", ""},
 		{"cache", "AKCACHE", "SKCACHE", "TOKEN"},
 	} {
-		got, err := readCredentialsFile(ini, c.profile)
+		got, err := readCredentialsFile(ini, c.profile, false)
 		if err != nil || got != (credentials{c.id, c.secret, c.token}) {
 			t.Errorf("profile %q: %v, %v", c.profile, got.id, err)
 		}
 	}
-	if _, err := readCredentialsFile(ini, "nosuch"); err == nil || !strings.Contains(err.Error(), "[nosuch]") {
-		t.Errorf("a missing profile: %v", err)
+	if _, err := readCredentialsFile(ini, "nosuch", true); err == nil || !strings.Contains(err.Error(), "[nosuch]") {
+		t.Errorf("a missing profile a URI names: %v", err)
+	}
+	if got, err := readCredentialsFile(ini, "nosuch", false); err == nil {
+		t.Errorf("a missing $AWS_PROFILE fell back to %q", got.id)
+	}
+	// A URI's profile picks its section of the credentials file, or of
+	// $AWS_SHARED_CREDENTIALS_FILE.
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "")
+	if _, err := loadCredentials("", "cache"); err == nil || !strings.Contains(err.Error(), "--s3-credentials-file") {
+		t.Errorf("a profile without a credentials file: %v", err)
+	}
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", ini)
+	if got, err := loadCredentials("", "cache"); err != nil || got.id != "AKCACHE" {
+		t.Errorf("profile from $AWS_SHARED_CREDENTIALS_FILE: %q, %v", got.id, err)
 	}
 	env := write("env", "export AWS_ACCESS_KEY_ID=AKENV\nAWS_SECRET_ACCESS_KEY='SKENV'\n", 0o600)
-	if got, err := readCredentialsFile(env, ""); err != nil || got.id != "AKENV" || got.secret != "SKENV" {
+	if got, err := readCredentialsFile(env, "", false); err != nil || got.id != "AKENV" || got.secret != "SKENV" {
 		t.Errorf("env file: %v, %v", got.id, err)
 	}
 	open := write("open", "AWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=SKOPEN\n", 0o644)
-	if _, err := readCredentialsFile(open, ""); err == nil || !strings.Contains(err.Error(), "chmod 600") || strings.Contains(err.Error(), "SKOPEN") {
+	if _, err := readCredentialsFile(open, "", false); err == nil || !strings.Contains(err.Error(), "chmod 600") || strings.Contains(err.Error(), "SKOPEN") {
 		t.Errorf("a world-readable file: %v", err)
 	}
 	half := write("half", "[default]\naws_access_key_id = AK\n", 0o600)
-	if _, err := readCredentialsFile(half, ""); err == nil {
+	if _, err := readCredentialsFile(half, "", false); err == nil {
 		t.Error("a file without a secret was accepted")
 	}
 	if s := fmt.Sprintf("%v %+v %#v", credentials{"a", "SECRET", "TOK"}, credentials{"a", "SECRET", "TOK"}, credentials{"a", "SECRET", "TOK"}); strings.Contains(s, "SECRET") || strings.Contains(s, "TOK") {
@@ -72,11 +85,11 @@ aws_session_token = TOKEN
 func TestCredentialsEnv(t *testing.T) {
 	setCreds(t)
 	t.Setenv("AWS_SESSION_TOKEN", "TOK")
-	if c, err := loadCredentials(""); err != nil || c.id != ossemutest.AccessKeyID || c.token != "TOK" {
+	if c, err := loadCredentials("", ""); err != nil || c.id != ossemutest.AccessKeyID || c.token != "TOK" {
 		t.Errorf("from the environment: %v, %v", c.id, err)
 	}
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
-	if _, err := loadCredentials(""); err == nil || !strings.Contains(err.Error(), "AWS_SECRET_ACCESS_KEY") {
+	if _, err := loadCredentials("", ""); err == nil || !strings.Contains(err.Error(), "AWS_SECRET_ACCESS_KEY") {
 		t.Errorf("without a secret: %v", err)
 	}
 }

@@ -55,7 +55,8 @@ type Options struct {
 	// credentials file, profile $AWS_PROFILE or [default], or
 	// AWS_ACCESS_KEY_ID=... lines); it must not be accessible by group or
 	// others. Otherwise AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
-	// AWS_SESSION_TOKEN are used.
+	// AWS_SESSION_TOKEN are used. A URI's profile= parameter picks its own
+	// section of this file (or of $AWS_SHARED_CREDENTIALS_FILE).
 	CredentialsFile string
 	// MultipartThreshold: writes larger than this use a multipart upload
 	// (default 16 MiB); smaller ones are one PUT.
@@ -166,7 +167,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if err != nil {
 		return nil, err
 	}
-	cred, err := loadCredentials(opt.CredentialsFile)
+	cred, err := loadCredentials(opt.CredentialsFile, u.Profile)
 	if err != nil {
 		return nil, err
 	}

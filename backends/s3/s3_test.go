@@ -125,7 +125,7 @@ func createBucket(t *testing.T, ep, bucket string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred, err := loadCredentials("")
+	cred, err := loadCredentials("", "")
 	if err != nil {
 		t.Fatal(err)
 	}

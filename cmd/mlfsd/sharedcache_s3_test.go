@@ -18,9 +18,11 @@ import (
 // TestSharedCacheOnS3: the shared tier and the input channel both on
 // s3:// — the tier on the S3 face of an `mlfsd emulate oss` subprocess
 // (standing for an in-cluster MinIO), the dataset on the S3 face of a
-// source emulator. Node 1 reads the dataset cold through a real FUSE mount
-// and fills the tier; node 2, with its own empty cache, reads it for at
-// most 5% of the dataset in source bytes, every byte right.
+// source emulator that takes another key: the daemons reach each store
+// with its own key, the tier's named by profile= in its URI, both from one
+// --s3-credentials-file. Node 1 reads the dataset cold through a real FUSE
+// mount and fills the tier; node 2, with its own empty cache, reads it for
+// at most 5% of the dataset in source bytes, every byte right.
 func TestSharedCacheOnS3(t *testing.T) {
 	srcRoot, tierRoot := t.TempDir(), t.TempDir()
 	data := filepath.Join(srcRoot, "bkt", "data")
@@ -40,22 +42,28 @@ func TestSharedCacheOnS3(t *testing.T) {
 		}
 		total += int64(len(b))
 	}
-	_, endpoint := ossemutest.Start(t, srcRoot, ossemu.Options{TTFB: 2 * time.Millisecond})
+	const srcKey, srcSecret = "AKSOURCE", "source-secret-0123456789"
+	_, endpoint := ossemutest.Start(t, srcRoot, ossemu.Options{TTFB: 2 * time.Millisecond, AccessKeyID: srcKey, AccessKeySecret: srcSecret})
 	tier := startSharedEmulator(t, tierRoot)
-	// The daemons reach both emulators over S3, signing with their pair.
-	t.Setenv("AWS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", ossemutest.AccessKeySecret)
-	for _, k := range []string{"AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE"} {
+	// One credentials file: the default profile reaches the source, the
+	// [tier] profile the tier. Nothing in the environment.
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE"} {
 		t.Setenv(k, "")
 	}
-	tierURI := "s3://tier/mlfsd/?endpoint=http://" + tier.addr
+	credFile := filepath.Join(t.TempDir(), "s3-credentials")
+	cred := fmt.Sprintf("[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n\n[tier]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
+		srcKey, srcSecret, ossemutest.AccessKeyID, ossemutest.AccessKeySecret)
+	if err := os.WriteFile(credFile, []byte(cred), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tierURI := "s3://tier/mlfsd/?endpoint=http://" + tier.addr + "&profile=tier"
 	// The tier's metrics are labelled with its backend's ID: the bucket,
 	// prefix and endpoint host.
 	tierID := backends.URI{Scheme: backends.SchemeS3, Bucket: "tier", Path: "/mlfsd/", Endpoint: tier.addr}.String()
 	srcURI := "s3://bkt/data/?endpoint=" + endpoint
 
 	startNode := func() (*nodeDaemon, string) {
-		d := startNodeDaemon(t, t.TempDir(), "--shared-cache", tierURI, "--shared-cache-timeout", "2s")
+		d := startNodeDaemon(t, t.TempDir(), "--s3-credentials-file", credFile, "--shared-cache", tierURI, "--shared-cache-timeout", "2s")
 		mnt := t.TempDir()
 		if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "--read-only", srcURI, mnt); code != 0 {
 			t.Fatalf("mount %s: %s\ndaemon:\n%s", srcURI, errOut, d.stderr)
@@ -117,7 +125,9 @@ func TestSharedCacheOnS3(t *testing.T) {
 	for _, d := range []*nodeDaemon{n1, n2} {
 		d.stop(t)
 	}
-	if strings.Contains(n1.stderr.String(), ossemutest.AccessKeySecret) || strings.Contains(n2.stderr.String(), ossemutest.AccessKeySecret) {
-		t.Error("a daemon logged the S3 secret key")
+	for _, d := range []*nodeDaemon{n1, n2} {
+		if log := d.stderr.String(); strings.Contains(log, ossemutest.AccessKeySecret) || strings.Contains(log, srcSecret) {
+			t.Error("a daemon logged an S3 secret key")
+		}
 	}
 }
