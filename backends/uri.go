@@ -15,6 +15,7 @@ const (
 	SchemeOSS  = "oss"
 	SchemeHDFS = "hdfs"
 	SchemeNAS  = "nas"
+	SchemeS3   = "s3"
 )
 
 // URI names a channel's data: a directory (a URI ending in '/') or a single
@@ -27,14 +28,36 @@ const (
 //	                                nameservice from the Hadoop configuration,
 //	                                else a namenode on port 8020
 //	nas:///abs/path/                alias file:///abs/path/
+//	s3://bucket/prefix/             endpoint, region and addressing from
+//	                                configuration (AWS S3 by default)
+//	s3://bucket/prefix/?endpoint=http://minio:9000&region=us-east-1&path_style=true&profile=minio
+//	                                an S3-compatible store named in the URI
+//
+// The s3 scheme alone takes a query, and only the parameters endpoint
+// (host[:port], with an optional http:// or https://), region, path_style
+// (true or false) and profile (a section of the credentials file, never a
+// credential itself): S3 bucket names may contain dots, so the
+// oss bucket.endpoint form would be ambiguous, and one node may reach two
+// S3 stores at once (the shared cache tier in-cluster, a dataset on AWS).
 type URI struct {
-	// Scheme is one of SchemeOSS, SchemeHDFS, SchemeNAS.
+	// Scheme is one of SchemeOSS, SchemeHDFS, SchemeNAS, SchemeS3.
 	Scheme string
-	// Bucket is the OSS bucket (OSS only).
+	// Bucket is the OSS or S3 bucket (OSS and S3 only).
 	Bucket string
 	// Endpoint is the OSS endpoint given in the host (bucket.endpoint form),
-	// or "" when it comes from configuration.
+	// or the S3 endpoint given as the endpoint parameter, or "" when it
+	// comes from configuration.
 	Endpoint string
+	// Region is the S3 region given as the region parameter, or "" when it
+	// comes from configuration (S3 only).
+	Region string
+	// PathStyle is the S3 path_style parameter: "true", "false", or "" when
+	// it comes from configuration (S3 only).
+	PathStyle string
+	// Profile is the S3 profile parameter: the section of the credentials
+	// file whose key reaches this store, so that one node can hold keys
+	// for two stores (S3 only; "" for the node's default credentials).
+	Profile string
 	// Hosts are the HDFS namenode addresses (HDFS only).
 	Hosts []string
 	// Path is the object path, always starting with '/'; it ends with '/'
@@ -56,7 +79,7 @@ func ParseURI(s string) (URI, error) {
 	q := redact(s)
 	scheme, rest, ok := strings.Cut(s, ":")
 	if !ok || scheme == "" || strings.ContainsAny(scheme, "/?#") {
-		return URI{}, fmt.Errorf("URI %q has no scheme; want oss://, hdfs://, nas:// or file://", q)
+		return URI{}, fmt.Errorf("URI %q has no scheme; want oss://, s3://, hdfs://, nas:// or file://", q)
 	}
 	var out URI
 	switch strings.ToLower(scheme) {
@@ -66,8 +89,10 @@ func ParseURI(s string) (URI, error) {
 		out.Scheme = SchemeHDFS
 	case "nas", "file":
 		out.Scheme = SchemeNAS
+	case "s3":
+		out.Scheme = SchemeS3
 	default:
-		return URI{}, fmt.Errorf("URI %q: unknown scheme %q; want oss, hdfs, nas or file", q, scheme)
+		return URI{}, fmt.Errorf("URI %q: unknown scheme %q; want oss, s3, hdfs, nas or file", q, scheme)
 	}
 	scheme = strings.ToLower(scheme)
 	form := forms[scheme]
@@ -80,12 +105,26 @@ func ParseURI(s string) (URI, error) {
 			return URI{}, fmt.Errorf("URI %q: control character %q not allowed", q, c)
 		}
 	}
+	rawQuery, hasQuery := "", false
+	if out.Scheme == SchemeS3 {
+		if i := strings.IndexByte(rest, '?'); i >= 0 && !strings.Contains(rest[:i], "#") {
+			rest, rawQuery, hasQuery = rest[:i], rest[i+1:], true
+		}
+	}
 	authority, rawPath := rest, ""
 	if i := strings.IndexByte(rest, '/'); i >= 0 {
 		authority, rawPath = rest[:i], rest[i:]
 	}
 	if strings.Contains(authority, "@") {
 		return URI{}, fmt.Errorf("URI %q: credentials in a URI are not accepted; use the environment or a credentials file", q)
+	}
+	if hasQuery {
+		if strings.Contains(rawQuery, "#") {
+			return URI{}, fmt.Errorf("URI %q: a fragment is not supported (escape '#' as %%23)", q)
+		}
+		if err := out.parseS3Query(rawQuery); err != nil {
+			return URI{}, fmt.Errorf("URI %q: %v", q, err)
+		}
 	}
 	if i := strings.IndexAny(rest, "?#"); i >= 0 {
 		what := "query"
@@ -129,6 +168,14 @@ func ParseURI(s string) (URI, error) {
 			}
 		}
 		out.Bucket, out.Endpoint = bucket, endpoint
+	case SchemeS3:
+		if authority == "" {
+			return URI{}, fmt.Errorf("URI %q: missing bucket (want %s)", q, form)
+		}
+		if !validS3Bucket(authority) {
+			return URI{}, fmt.Errorf("URI %q: invalid bucket name %q (3-63 characters of a-z, 0-9, '.' and '-', starting and ending with a letter or digit)", q, authority)
+		}
+		out.Bucket = authority
 	case SchemeHDFS:
 		if authority == "" {
 			return URI{}, fmt.Errorf("URI %q: missing namenode (want %s)", q, form)
@@ -162,14 +209,25 @@ func ParseURI(s string) (URI, error) {
 // forms are the documented URI forms, by scheme, for error messages.
 var forms = map[string]string{
 	"oss":  "oss://bucket/prefix/ or oss://bucket.endpoint/prefix/",
+	"s3":   "s3://bucket/prefix/ or s3://bucket/prefix/?endpoint=host:port&region=r&path_style=true&profile=p",
 	"hdfs": "hdfs://namenode:port/path/",
 	"nas":  "nas:///abs/path/",
 	"file": "file:///abs/path/",
 }
 
 // redact hides the userinfo of s (anything before an '@' in the
-// authority), so an error about a URI never repeats a secret in it.
+// authority) and the value of any query parameter that looks like a
+// credential, so an error about a URI never repeats a secret in it.
 func redact(s string) string {
+	if i := strings.IndexByte(s, '?'); i >= 0 {
+		params := strings.Split(s[i+1:], "&")
+		for j, p := range params {
+			if k, _, ok := strings.Cut(p, "="); ok && looksSecret(k) {
+				params[j] = k + "=***"
+			}
+		}
+		s = s[:i+1] + strings.Join(params, "&")
+	}
 	_, rest, ok := strings.Cut(s, "://")
 	if !ok {
 		return s
@@ -184,6 +242,21 @@ func redact(s string) string {
 	}
 	head := s[:len(s)-len(rest)]
 	return head + "***" + rest[at:]
+}
+
+// looksSecret reports whether a query parameter's name (raw or escaped)
+// looks like it carries a credential.
+func looksSecret(name string) bool {
+	if n, err := url.QueryUnescape(name); err == nil {
+		name = n
+	}
+	name = strings.ToLower(name)
+	for _, w := range []string{"key", "secret", "token", "password", "credential", "signature"} {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkHostPort validates host[:port]: a DNS name or IPv4 address, or an
@@ -275,6 +348,113 @@ func checkClean(p string) error {
 	return nil
 }
 
+// validS3Bucket accepts S3's general purpose bucket names (3-63 of a-z,
+// 0-9, '.' and '-', beginning and ending with a letter or digit, no ".."),
+// which include S3 Express directory bucket names (base--azid--x-s3).
+func validS3Bucket(b string) bool {
+	if len(b) < 3 || len(b) > 63 || strings.Contains(b, "..") {
+		return false
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	if !alnum(b[0]) || !alnum(b[len(b)-1]) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		if c := b[i]; !alnum(c) && c != '-' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// s3Params are the query parameters an s3:// URI takes.
+var s3Params = []string{"endpoint", "path_style", "profile", "region"}
+
+// parseS3Query sets the S3 parameters of u from the query of an s3:// URI.
+// Each may appear once; anything else is refused, and a parameter that
+// looks like a credential is refused without repeating its value.
+func (u *URI) parseS3Query(raw string) error {
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return fmt.Errorf("bad query: %v", err)
+	}
+	for k, vs := range vals {
+		if looksSecret(k) {
+			return errors.New("credentials in a URI are not accepted; use the environment or a credentials file")
+		}
+		if len(vs) != 1 {
+			return fmt.Errorf("query parameter %q given %d times", k, len(vs))
+		}
+		v := vs[0]
+		switch k {
+		case "endpoint":
+			if err := checkS3Endpoint(v); err != nil {
+				return fmt.Errorf("invalid endpoint %q: %v", v, err)
+			}
+			u.Endpoint = v
+		case "region":
+			if !validRegion(v) {
+				return fmt.Errorf("invalid region %q (want letters, digits and '-', like us-east-1)", v)
+			}
+			u.Region = v
+		case "path_style":
+			if v != "true" && v != "false" {
+				return fmt.Errorf("path_style %q: want true or false", v)
+			}
+			u.PathStyle = v
+		case "profile":
+			if !validProfile(v) {
+				return fmt.Errorf("invalid profile %q (want letters, digits, '-', '_' and '.')", v)
+			}
+			u.Profile = v
+		default:
+			return fmt.Errorf("unknown query parameter %q (an s3:// URI takes %s)", k, strings.Join(s3Params, ", "))
+		}
+	}
+	return nil
+}
+
+// checkS3Endpoint validates an S3 endpoint: host[:port], optionally after
+// http:// or https://, with no path.
+func checkS3Endpoint(ep string) error {
+	hp := ep
+	if s, rest, ok := strings.Cut(ep, "://"); ok {
+		if s != "http" && s != "https" {
+			return errors.New("scheme must be http or https")
+		}
+		hp = rest
+	}
+	hp = strings.TrimSuffix(hp, "/")
+	if hp == "" || strings.ContainsAny(hp, "/?#@ ") {
+		return errors.New("want host[:port] with an optional http:// or https://")
+	}
+	return checkHostPort(hp, false)
+}
+
+func validProfile(p string) bool {
+	if p == "" || len(p) > 64 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func validRegion(r string) bool {
+	if r == "" || len(r) > 64 {
+		return false
+	}
+	for i := 0; i < len(r); i++ {
+		if c := r[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 func validBucket(b string) bool {
 	if len(b) < 3 || len(b) > 63 || b[0] == '-' || b[len(b)-1] == '-' {
 		return false
@@ -328,8 +508,29 @@ func (u URI) String() string {
 		if u.Endpoint != "" {
 			host += "." + u.Endpoint
 		}
+	case SchemeS3:
+		host = u.Bucket
 	case SchemeHDFS:
 		host = strings.Join(u.Hosts, ",")
 	}
-	return u.Scheme + "://" + host + (&url.URL{Path: u.Path}).EscapedPath()
+	s := u.Scheme + "://" + host + (&url.URL{Path: u.Path}).EscapedPath()
+	if u.Scheme == SchemeS3 {
+		q := url.Values{}
+		if u.Endpoint != "" {
+			q.Set("endpoint", u.Endpoint)
+		}
+		if u.Region != "" {
+			q.Set("region", u.Region)
+		}
+		if u.PathStyle != "" {
+			q.Set("path_style", u.PathStyle)
+		}
+		if u.Profile != "" {
+			q.Set("profile", u.Profile)
+		}
+		if len(q) > 0 {
+			s += "?" + q.Encode()
+		}
+	}
+	return s
 }

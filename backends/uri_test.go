@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -53,7 +54,7 @@ func TestParseURI(t *testing.T) {
 func TestParseURIErrors(t *testing.T) {
 	cases := map[string]string{
 		"":                         "empty",
-		"s3://bucket/x/":           "unknown scheme",
+		"gs://bucket/x/":           "unknown scheme",
 		"/plain/path":              "no scheme",
 		"oss:///x/":                "missing bucket",
 		"oss://AK:SK@bucket/x/":    "credentials",
@@ -70,6 +71,72 @@ func TestParseURIErrors(t *testing.T) {
 			t.Errorf("ParseURI(%q) error = %v, want it to mention %q", in, err, want)
 		}
 		if err != nil && (strings.Contains(err.Error(), "SK") || strings.Contains(err.Error(), "AK")) {
+			t.Errorf("ParseURI(%q) leaks the secret: %v", in, err)
+		}
+	}
+}
+
+// TestParseS3URI: s3:// URIs take a bucket (dots allowed, as S3 allows
+// them), a prefix, and the endpoint, region and path_style parameters,
+// which survive the canonical form; nothing else in the query passes, and a
+// credential in it is refused without being repeated.
+func TestParseS3URI(t *testing.T) {
+	cases := []struct {
+		in, bucket, endpoint, region, pathStyle, path, canon string
+	}{
+		{"s3://my.bucket/data/", "my.bucket", "", "", "", "/data/", "s3://my.bucket/data/"},
+		{"s3://bkt", "bkt", "", "", "", "/", "s3://bkt/"},
+		{"s3://cache--usw2-az1--x-s3/mlfsd/", "cache--usw2-az1--x-s3", "", "", "", "/mlfsd/", "s3://cache--usw2-az1--x-s3/mlfsd/"},
+		{"s3://bkt/a.bin?endpoint=http://minio.svc:9000&path_style=true", "bkt", "http://minio.svc:9000", "", "true", "/a.bin",
+			"s3://bkt/a.bin?endpoint=http%3A%2F%2Fminio.svc%3A9000&path_style=true"},
+		{"s3://bkt/p/?region=eu-west-1&endpoint=10.0.0.5:8333", "bkt", "10.0.0.5:8333", "eu-west-1", "", "/p/",
+			"s3://bkt/p/?endpoint=10.0.0.5%3A8333&region=eu-west-1"},
+		{"s3://bkt/with%20space/?path_style=false", "bkt", "", "", "false", "/with space/", "s3://bkt/with%20space/?path_style=false"},
+		{"s3://bkt/q%3Fx/", "bkt", "", "", "", "/q?x/", "s3://bkt/q%3Fx/"},
+		{"s3://bkt/p/?profile=minio&endpoint=m:9000", "bkt", "m:9000", "", "", "/p/", "s3://bkt/p/?endpoint=m%3A9000&profile=minio"},
+	}
+	for _, c := range cases {
+		u, err := ParseURI(c.in)
+		if err != nil {
+			t.Errorf("ParseURI(%q): %v", c.in, err)
+			continue
+		}
+		if u.Scheme != SchemeS3 || u.Bucket != c.bucket || u.Endpoint != c.endpoint || u.Region != c.region || u.PathStyle != c.pathStyle || u.Path != c.path {
+			t.Errorf("ParseURI(%q) = %+v", c.in, u)
+		}
+		if got := u.String(); got != c.canon {
+			t.Errorf("ParseURI(%q).String() = %q, want %q", c.in, got, c.canon)
+		}
+		if again, err := ParseURI(u.String()); err != nil || !reflect.DeepEqual(again, u) {
+			t.Errorf("ParseURI(%q) = %+v, %v; want %+v", u.String(), again, err, u)
+		}
+		if d := u.Dir(); d.Endpoint != u.Endpoint || d.Region != u.Region || d.PathStyle != u.PathStyle || d.Profile != u.Profile {
+			t.Errorf("%q.Dir() lost the parameters: %+v", c.in, d)
+		}
+	}
+	bad := map[string]string{
+		"s3:///x/":                                   "missing bucket",
+		"s3://Bkt/x/":                                "invalid bucket",
+		"s3://a..b/x/":                               "invalid bucket",
+		"s3://bkt/x/?versionId=3":                    "unknown query parameter",
+		"s3://bkt/x/?endpoint=ftp://h:1":             "http or https",
+		"s3://bkt/x/?endpoint=h:1/path":              "invalid endpoint",
+		"s3://bkt/x/?path_style=yes":                 "true or false",
+		"s3://bkt/x/?region=a&region=b":              "2 times",
+		"s3://bkt/x/?region=US_EAST":                 "invalid region",
+		"s3://bkt/x/?profile=a%20b":                  "invalid profile",
+		"s3://bkt/x/#frag":                           "fragment",
+		"s3://bkt/x/?region=r#frag":                  "fragment",
+		"s3://AK:SK@bkt/x/":                          "credentials",
+		"s3://bkt/x/?aws_secret_access_key=SKSECRET": "credentials",
+		"s3://bkt/x/?access_key=AKSECRET":            "credentials",
+	}
+	for in, want := range bad {
+		_, err := ParseURI(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseURI(%q) error = %v, want it to mention %q", in, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "SECRET") || err != nil && strings.Contains(err.Error(), "SK@") {
 			t.Errorf("ParseURI(%q) leaks the secret: %v", in, err)
 		}
 	}

@@ -83,6 +83,7 @@ const (
 	GroupOSS
 	GroupHDFS
 	GroupOutput
+	GroupS3
 )
 
 // Option is one row of the options table: a flag of the CLI and a key of a
@@ -318,6 +319,46 @@ func Table() []Option {
 		durOpt("oss-connect-timeout", GroupOSS, ScopeMount, 10*time.Second,
 			"bound on the first contact with an OSS endpoint (connect and first answer); one that stays silent is named in the error",
 			func(s *Settings) *time.Duration { return &s.Backend.OSS.ConnectTimeout }),
+
+		// S3 and S3-compatible stores. Access keys are never options: they
+		// come from the AWS_* environment or a credentials file.
+		strOpt("s3-endpoint", GroupS3, ScopeMount, "",
+			"S3 endpoint when the URI has no endpoint= (default $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS S3), e.g. http://minio.storage.svc:9000",
+			func(s *Settings) *string { return &s.Backend.S3.Endpoint }),
+		strOpt("s3-region", GroupS3, ScopeMount, "",
+			"S3 region when the URI has no region= (default $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1)",
+			func(s *Settings) *string { return &s.Backend.S3.Region }),
+		{Name: "s3-path-style", Group: GroupS3, Scope: ScopeMount, Kind: "string",
+			Help: `S3 addressing when the URI has no path_style=: "true" (host/bucket/key), "false" (bucket.host/key), "" (path style with an endpoint, virtual-hosted on AWS)`,
+			set: func(s *Settings, v string) error {
+				if v != "" && v != "true" && v != "false" {
+					return fmt.Errorf(`want true, false or ""`)
+				}
+				s.Backend.S3.PathStyle = v
+				return nil
+			},
+			get: func(s *Settings) string { return s.Backend.S3.PathStyle }},
+		strOpt("s3-credentials-file", GroupS3, ScopeNode, "",
+			"AWS shared credentials file (profile $AWS_PROFILE or default) or AWS_ACCESS_KEY_ID=... lines, mode 0600; default: the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN environment",
+			func(s *Settings) *string { return &s.Backend.S3.CredentialsFile }),
+		sizeOpt("s3-multipart-threshold", GroupS3, ScopeMount, "16MiB", 0, 5<<30,
+			"S3 writes larger than this use a multipart upload",
+			func(s *Settings) *int64 { return &s.Backend.S3.MultipartThreshold }),
+		sizeOpt("s3-part-size", GroupS3, ScopeMount, "8MiB", 5<<20, 5<<30,
+			"S3 multipart part size",
+			func(s *Settings) *int64 { return &s.Backend.S3.PartSize }),
+		intOpt("s3-upload-concurrency", GroupS3, ScopeMount, 4, 1, 256,
+			"parts of one S3 write uploaded in parallel",
+			func(s *Settings) *int { return &s.Backend.S3.Concurrency }),
+		intOpt("s3-retry-attempts", GroupS3, ScopeMount, 10, 1, 1000,
+			"tries of one S3 request on 5xx, throttling, timeouts and connection errors",
+			func(s *Settings) *int { return &s.Backend.S3.Retry.MaxAttempts }),
+		durOpt("s3-retry-max-time", GroupS3, ScopeMount, 2*time.Minute,
+			"time bound on retrying one S3 request",
+			func(s *Settings) *time.Duration { return &s.Backend.S3.Retry.MaxElapsed }),
+		durOpt("s3-connect-timeout", GroupS3, ScopeMount, 10*time.Second,
+			"bound on the first contact with an S3 endpoint (connect and first answer), and on every connect after it",
+			func(s *Settings) *time.Duration { return &s.Backend.S3.ConnectTimeout }),
 
 		// HDFS. Authentication is SIMPLE: the user is a name, not a secret.
 		strOpt("hdfs-user", GroupHDFS, ScopeMount, "",

@@ -118,3 +118,39 @@ func TestCredentialsRedacted(t *testing.T) {
 		}
 	}
 }
+
+// TestS3Options: the S3 flags land in the s3 backend's options; a bad
+// path style or a part below S3's 5 MiB minimum is refused, naming the
+// flag; the endpoint may be set per mount, the credentials file only per
+// node.
+func TestS3Options(t *testing.T) {
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	var s Settings
+	AddFlags(fs, &s, GroupS3)
+	if fs.Lookup("s3-endpoint") == nil || fs.Lookup("oss-endpoint") != nil {
+		t.Fatal("AddFlags(GroupS3) added flags of other groups, or not its own")
+	}
+	err := fs.Parse([]string{"--s3-endpoint", "http://minio:9000", "--s3-region", "eu-west-1", "--s3-path-style", "false",
+		"--s3-credentials-file", "/etc/mlfsd/s3", "--s3-part-size", "16MiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := s.Backend.S3
+	if o.Endpoint != "http://minio:9000" || o.Region != "eu-west-1" || o.PathStyle != "false" || o.CredentialsFile != "/etc/mlfsd/s3" || o.PartSize != 16<<20 {
+		t.Errorf("S3 options: %+v", o)
+	}
+	for _, bad := range [][]string{{"--s3-path-style", "yes"}, {"--s3-part-size", "1MiB"}} {
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		var s Settings
+		AddFlags(fs, &s, GroupS3)
+		if err := fs.Parse(bad); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%v: %v; want an error naming the flag", bad, err)
+		}
+	}
+	if s, err := Defaults().WithMountOptions(map[string]string{"s3-endpoint": "http://10.0.0.5:8333"}); err != nil || s.Backend.S3.Endpoint != "http://10.0.0.5:8333" {
+		t.Errorf("s3-endpoint as a mount option: %v %+v", err, s.Backend.S3)
+	}
+	if _, err := Defaults().WithMountOptions(map[string]string{"s3-credentials-file": "/tmp/x"}); err == nil {
+		t.Error("a mount request set the node's S3 credentials file")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends/hdfs"
 	"github.com/mlfsd/mlfsd/backends/nas"
 	"github.com/mlfsd/mlfsd/backends/oss"
+	"github.com/mlfsd/mlfsd/backends/s3"
 )
 
 // Options gathers every backend's options.
@@ -18,6 +19,7 @@ type Options struct {
 	OSS  oss.Options
 	HDFS hdfs.Options
 	NAS  nas.Options
+	S3   s3.Options
 }
 
 // Open opens the backend for a directory URI. For a single-object URI it
@@ -32,6 +34,8 @@ func Open(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (b
 		b, err = hdfs.New(ctx, dir, opt.HDFS, log)
 	case backends.SchemeNAS:
 		b, err = nas.New(ctx, dir, opt.NAS, log)
+	case backends.SchemeS3:
+		b, err = s3.New(ctx, dir, opt.S3, log)
 	default:
 		return nil, "", fmt.Errorf("unknown URI scheme %q", u.Scheme)
 	}

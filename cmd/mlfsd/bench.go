@@ -216,7 +216,7 @@ Workloads:
 		},
 	}
 	fl := c.Flags()
-	node.AddFlags(fl, &a.settings, node.GroupOSS, node.GroupHDFS)
+	node.AddFlags(fl, &a.settings, node.GroupOSS, node.GroupS3, node.GroupHDFS)
 	fl.StringVar(&workloads, "workloads", "", "comma-separated workloads to run (default: all; ckpt only with --write-dir): "+strings.Join(bench.WorkloadNames(), ","))
 	fl.IntVar(&opt.Threads, "threads", 8, "readers of the parallel workloads (seqN, epoch, random, stat)")
 	fl.IntVar(&opt.Runs, "runs", 3, "timed runs per workload and cache state; figures are their medians")

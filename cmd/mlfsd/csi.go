@@ -77,7 +77,7 @@ See deploy/kubernetes/ for the manifests.`,
 	f.StringVar(&name, "driver-name", csidriver.DefaultName, "CSI driver name")
 	f.DurationVar(&drainTimeout, "unpublish-drain-timeout", 10*time.Minute,
 		"how long NodeUnpublishVolume waits for an output's uploads before unmounting anyway (the rest stays journaled)")
-	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
+	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
 	c.MarkFlagRequired("node-id")
 	return c
 }

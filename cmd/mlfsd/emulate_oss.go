@@ -43,7 +43,9 @@ mlfsd itself reads, so one export serves both), or --access-key-id with
 ` + ossemu.DefaultAccessKeyID + ` / ` + ossemu.DefaultAccessKeySecret + `. --anonymous accepts any request.
 
 Point mlfsd at it with --oss-endpoint http://ADDR (or oss://bucket.ADDR/prefix/)
-and the same OSS_ACCESS_KEY_ID / OSS_ACCESS_KEY_SECRET. Request counters are
+and the same OSS_ACCESS_KEY_ID / OSS_ACCESS_KEY_SECRET, or, over S3, with
+s3://bucket/prefix/?endpoint=http://ADDR (or --s3-endpoint http://ADDR) and the
+pair as AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY. Request counters are
 served as JSON at http://ADDR` + ossemu.StatsPath + `.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

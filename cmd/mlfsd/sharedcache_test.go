@@ -213,7 +213,7 @@ func TestSharedCacheFlagsRefuseBadValues(t *testing.T) {
 	src, mnt := t.TempDir(), t.TempDir()
 	for _, c := range []struct{ flag, value, want string }{
 		{"--shared-cache", "oss://cache/one-object", "directory URI"},
-		{"--shared-cache", "s3://cache/x/", "s3"},
+		{"--shared-cache", "gs://cache/x/", "gs"},
 		{"--shared-cache-size", "lots", "--shared-cache-size"},
 		{"--shared-cache-timeout", "0s", "--shared-cache-timeout"},
 	} {

@@ -216,6 +216,11 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchUpload", "The specified upload does not exist.")
 		return
 	}
+	excl, err := ifNoneMatch(r, rc)
+	if err != nil {
+		s.conditionalError(w, r, rc, err)
+		return
+	}
 	var req completeRequest
 	if err := xml.NewDecoder(io.LimitReader(r.Body, 8<<20)).Decode(&req); err != nil {
 		s.writeError(w, r, rc, http.StatusBadRequest, "MalformedXML", err.Error())
@@ -277,9 +282,15 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 	}
 	etag := fmt.Sprintf("%X-%d", etags.Sum(nil), len(req.Parts))
 	m := meta{ETag: etag, CRC64: crc.Sum64(), HasCRC: true, Multipart: true, CType: rec.CType, User: rec.User, ACL: rec.ACL, Tags: rec.Tags}
-	oi, err := s.publish(f, rc.bucket, rc.key, m)
+	publish := s.publish
+	if excl {
+		publish = s.publishIfAbsent
+	}
+	oi, err := publish(f, rc.bucket, rc.key, m)
 	if err != nil {
-		s.receiveError(w, r, rc, err)
+		if !s.conditionalError(w, r, rc, err) {
+			s.receiveError(w, r, rc, err)
+		}
 		return
 	}
 	os.RemoveAll(dir)

@@ -384,6 +384,11 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		s.badHeader(w, r, rc, err)
 		return
 	}
+	excl, err := ifNoneMatch(r, rc)
+	if err != nil {
+		s.conditionalError(w, r, rc, err)
+		return
+	}
 	f, hw, err := s.receive(r, rc)
 	if err != nil {
 		s.receiveError(w, r, rc, err)
@@ -394,6 +399,10 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		os.Remove(f.Name())
 		if hw.n != 0 {
 			s.writeError(w, r, rc, http.StatusBadRequest, "InvalidObjectName", "ossemu stores a key ending in '/' as a directory: it must be empty")
+			return
+		}
+		if _, err := s.lookupRaw(rc.bucket, rc.key); excl && err == nil {
+			s.conditionalError(w, r, rc, errPreconditionFailed)
 			return
 		}
 		if err := s.makeMarker(rc.bucket, rc.key); err != nil {
@@ -412,9 +421,15 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		return
 	}
 	m := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), ACL: acl, Tags: tags}
-	oi, err := s.publish(f, rc.bucket, rc.key, m)
+	publish := s.publish
+	if excl {
+		publish = s.publishIfAbsent
+	}
+	oi, err := publish(f, rc.bucket, rc.key, m)
 	if err != nil {
-		s.receiveError(w, r, rc, err)
+		if !s.conditionalError(w, r, rc, err) {
+			s.receiveError(w, r, rc, err)
+		}
 		return
 	}
 	w.Header().Set("ETag", `"`+oi.ETag+`"`)

@@ -1,0 +1,119 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+)
+
+func patterned(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// TestFaults: with a fifth of all requests failing (500, 503 SlowDown,
+// connection resets, bodies cut short), single-PUT and multipart writes,
+// WriteReaderAt, whole and ranged reads, listings and deletes all succeed
+// with the right bytes: every request is retried, and a read cut short
+// resumes where it stopped.
+func TestFaults(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{Seed: 42})
+	// S3 (and the emulator's S3 face) takes parts of at least 5 MiB.
+	b := openURI(t, "s3://"+testBucket+"/f/?endpoint="+e.endpoint, Options{Retry: fastRetry, Concurrency: 3, PartSize: 5 << 20, MultipartThreshold: 5 << 20})
+	e.srv.SetFaults(0.2)
+	ctx := t.Context()
+	sizes := []int{0, 1000, 5 << 20, 5<<20 + 1, 11<<20 + 17}
+	for _, n := range sizes {
+		data := patterned(n, uint64(n))
+		key := fmt.Sprintf("w/%d", n)
+		w, err := b.Write(ctx, key, backends.WriteOptions{SizeHint: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(data); err != nil {
+			t.Fatalf("write %d bytes: %v", n, err)
+		}
+		if _, err := w.Commit(ctx); err != nil {
+			t.Fatalf("commit %d bytes: %v", n, err)
+		}
+		w, _ = b.Write(ctx, key+".ra", backends.WriteOptions{SizeHint: int64(n)})
+		if err := w.(backends.ReaderAtWriter).WriteReaderAt(bytes.NewReader(data), int64(n)); err != nil {
+			t.Fatalf("WriteReaderAt %d bytes: %v", n, err)
+		}
+		if _, err := w.Commit(ctx); err != nil {
+			t.Fatalf("commit WriteReaderAt %d bytes: %v", n, err)
+		}
+		for _, k := range []string{key, key + ".ra"} {
+			if got := readAll(t, b, k); !bytes.Equal(got, data) {
+				t.Fatalf("%s: read %d bytes, not the %d written", k, len(got), n)
+			}
+		}
+		if n > 10 {
+			off, l := int64(n/3), int64(n/2)
+			r, err := b.Read(ctx, key, backends.ReadOptions{Offset: off, Length: l})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(r)
+			r.Close()
+			if err != nil || !bytes.Equal(got, data[off:off+l]) {
+				t.Fatalf("%s [%d, +%d): %d bytes, %v", key, off, l, len(got), err)
+			}
+		}
+	}
+	var keys int
+	for tok := ""; ; {
+		p, err := b.List(ctx, backends.ListOptions{Prefix: "w/", MaxKeys: 3, Token: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys += len(p.Objects)
+		if tok = p.NextToken; tok == "" {
+			break
+		}
+	}
+	if keys != 2*len(sizes) {
+		t.Errorf("listed %d keys, want %d", keys, 2*len(sizes))
+	}
+	if err := b.Delete(ctx, "w/0"); err != nil {
+		t.Errorf("delete: %v", err)
+	}
+	st := e.srv.Stats()
+	if st["fault.500"]+st["fault.503"]+st["fault.reset"]+st["fault.truncate"] == 0 {
+		t.Errorf("no fault was injected: %v", st)
+	}
+	t.Logf("faults: 500 %d, 503 %d, reset %d, truncate %d", st["fault.500"], st["fault.503"], st["fault.reset"], st["fault.truncate"])
+}
+
+// TestFaultsOutlastRetries: a store that always fails makes calls fail
+// with ErrTransient once the retries are spent, never hang or succeed.
+func TestFaultsOutlastRetries(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{})
+	b := openURI(t, "s3://"+testBucket+"/f/?endpoint="+e.endpoint, Options{Retry: RetryOptions{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}})
+	e.srv.SetFaults(1, ossemu.Fault503)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := b.Stat(ctx, "x"); !errors.Is(err, backends.ErrTransient) {
+		t.Errorf("Stat on a failing store: %v", err)
+	}
+	if _, err := b.WriteExclusive(ctx, "x", []byte("y")); !errors.Is(err, backends.ErrTransient) {
+		t.Errorf("WriteExclusive on a failing store: %v", err)
+	}
+	if got := e.srv.Stats()["fault.503"]; got < 6 {
+		t.Errorf("%d requests reached the store, want 3 tries of each call", got)
+	}
+}

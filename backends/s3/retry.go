@@ -1,0 +1,208 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// RetryOptions bound the retries of one storage call.
+//
+// The SDK's own retryer is off (aws.NopRetryer): every request is retried
+// here, as the oss backend does, with capped exponential backoff and full
+// jitter, on 5xx, throttling (429, 503 SlowDown), timeouts, connection
+// errors and truncated bodies, until MaxAttempts attempts or MaxElapsed
+// time have been spent. One layer means one budget, and a read that fails
+// mid-body resumes from where it stopped rather than from the start.
+type RetryOptions struct {
+	// MaxAttempts is the total number of tries (default 10).
+	MaxAttempts int
+	// BaseDelay is the first backoff (default 100ms); it doubles per try.
+	BaseDelay time.Duration
+	// MaxDelay caps one backoff (default 5s).
+	MaxDelay time.Duration
+	// MaxElapsed bounds the time spent retrying one call (default 2m).
+	MaxElapsed time.Duration
+}
+
+func (o RetryOptions) withDefaults() RetryOptions {
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 10
+	}
+	if o.BaseDelay <= 0 {
+		o.BaseDelay = 100 * time.Millisecond
+	}
+	if o.MaxDelay <= 0 {
+		o.MaxDelay = 5 * time.Second
+	}
+	if o.MaxElapsed <= 0 {
+		o.MaxElapsed = 2 * time.Minute
+	}
+	return o
+}
+
+// backoff returns the delay before try number attempt+1 (attempt >= 1):
+// uniformly random in [d/2, d], d = min(BaseDelay*2^(attempt-1), MaxDelay).
+func (o RetryOptions) backoff(attempt int) time.Duration {
+	d := o.BaseDelay
+	for i := 1; i < attempt && d < o.MaxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, o.MaxDelay)
+	return d/2 + rand.N(d/2+1)
+}
+
+// retrier tracks the retries of one call.
+type retrier struct {
+	o       RetryOptions
+	start   time.Time
+	attempt int
+}
+
+func newRetrier(o RetryOptions) *retrier { return &retrier{o: o, start: time.Now()} }
+
+// next reports whether err deserves another try, sleeping the backoff
+// first. It returns false on permanent errors, on a cancelled ctx, and
+// once the attempts or the time budget are spent.
+func (r *retrier) next(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || !isTransient(err) {
+		return false
+	}
+	r.attempt++
+	if r.attempt >= r.o.MaxAttempts {
+		return false
+	}
+	d := r.o.backoff(r.attempt)
+	if time.Since(r.start)+d > r.o.MaxElapsed {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// retry runs fn until it succeeds or a permanent error, cancellation or the
+// retry budget ends it.
+func (b *Backend) retry(ctx context.Context, fn func() error) error {
+	r := newRetrier(b.opt.Retry)
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if !r.next(ctx, err) {
+			return err
+		}
+		b.log.Debug("s3: retrying", "attempt", r.attempt, "err", err)
+	}
+}
+
+// errTruncated marks a response that ended before it should have.
+var errTruncated = errors.New("response truncated")
+
+// statusOf returns the HTTP status and the S3 error code of an SDK error
+// (0 and "" when the request got no answer).
+func statusOf(err error) (int, string) {
+	st := 0
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) {
+		st = re.HTTPStatusCode()
+	}
+	code := ""
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		code = ae.ErrorCode()
+	}
+	return st, code
+}
+
+// isTransient classifies an error as worth retrying.
+func isTransient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	st, code := statusOf(err)
+	switch code {
+	case "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "ConditionalRequestConflict":
+		// ConditionalRequestConflict (409): a conditional write raced
+		// another change of the key; S3 asks for a retry, which the
+		// condition then decides.
+		return true
+	}
+	if st != 0 {
+		return st >= 500 || st == http.StatusTooManyRequests || st == http.StatusRequestTimeout
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+		return false // a misspelt endpoint does not heal
+	}
+	var netErr net.Error
+	var opErr *net.OpError
+	var deserErr *smithy.DeserializationError
+	switch {
+	case errors.Is(err, errTruncated),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED),
+		errors.As(err, &deserErr), errors.As(err, &netErr), errors.As(err, &opErr):
+		return true
+	}
+	var se *smithyhttp.RequestSendError
+	return errors.As(err, &se)
+}
+
+// wrapErr turns an SDK error into a backends error wrapping the sentinel
+// that applies, with a message that says what to fix where one is known.
+func (b *Backend) wrapErr(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var done *backends.OpError
+	if errors.As(err, &done) {
+		return err // already classified
+	}
+	st, code := statusOf(err)
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return backends.Wrap(op, key, nil, err)
+	case code == "NoSuchBucket":
+		return backends.Wrap(op, key, backends.ErrNotExist, fmt.Errorf("bucket %q does not exist at %s (check the bucket in the URI and the endpoint: endpoint= in the URI, --s3-endpoint or AWS_ENDPOINT_URL): %w", b.bucket, b.where(), err))
+	case st == http.StatusForbidden || st == http.StatusUnauthorized:
+		return backends.Wrap(op, key, backends.ErrPermission, fmt.Errorf("S3 refused access to bucket %q at %s (%s): check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or the credentials file, the region, and that this key may access the bucket: %w", b.bucket, b.where(), code, err))
+	case st == http.StatusNotFound:
+		return backends.Wrap(op, key, backends.ErrNotExist, err)
+	case st == http.StatusPreconditionFailed:
+		return backends.Wrap(op, key, backends.ErrVersionMismatch, err)
+	case st == http.StatusConflict:
+		return backends.Wrap(op, key, backends.ErrExist, err)
+	case st == http.StatusBadRequest, st == http.StatusRequestedRangeNotSatisfiable:
+		return backends.Wrap(op, key, backends.ErrInvalid, err)
+	case isTransient(err):
+		return backends.Wrap(op, key, backends.ErrTransient, err)
+	}
+	return backends.Wrap(op, key, nil, err)
+}
+
+// where names the endpoint for error messages.
+func (b *Backend) where() string {
+	if b.ep.url == "" {
+		return "AWS S3 (region " + b.ep.region + ")"
+	}
+	return b.ep.url
+}

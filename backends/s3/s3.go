@@ -1,0 +1,460 @@
+// Package s3 is the mlfsd backend for s3:// URIs, over the AWS SDK for Go
+// v2 (github.com/aws/aws-sdk-go-v2/service/s3): AWS S3, S3 Express One
+// Zone directory buckets, and S3-compatible stores (MinIO, SeaweedFS,
+// Ceph RGW, the S3 face of `mlfsd emulate oss`).
+//
+// Keys map to object names under the URI's prefix. Versions are ETags.
+// Reads are ranged GETs that resume after a failure from where they stopped
+// (pinned to the ETag first seen, with If-Match). Writes go up as one PUT
+// when small, or as a streaming multipart upload with parallel parts;
+// nothing is visible before Commit. Every request is retried here (see
+// RetryOptions). Directories are prefixes; MakeDir writes "key/" marker
+// objects. WriteExclusive is a PUT with If-None-Match: *.
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmw "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	awscreds "github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// Options configures the backend. Zero values take the defaults noted.
+// Secrets are not options: they come from the environment or a file.
+type Options struct {
+	// Endpoint is used when the URI has no endpoint= parameter;
+	// AWS_ENDPOINT_URL_S3 and then AWS_ENDPOINT_URL are the fallbacks, and
+	// AWS S3 itself the default. Examples: http://minio.storage.svc:9000,
+	// 10.0.0.5:8333 (an IP address or localhost without a scheme gets
+	// http://, any other host https://).
+	Endpoint string
+	// Region is used when the URI has no region= parameter; AWS_REGION,
+	// AWS_DEFAULT_REGION, then us-east-1 are the fallbacks.
+	Region string
+	// PathStyle ("true" or "false") is used when the URI has no
+	// path_style= parameter. Default: path style with an Endpoint (what
+	// in-cluster stores serve without wildcard DNS), virtual-hosted style
+	// on AWS (which S3 Express directory buckets require).
+	PathStyle string
+	// CredentialsFile, when set, holds the access key (an AWS shared
+	// credentials file, profile $AWS_PROFILE or [default], or
+	// AWS_ACCESS_KEY_ID=... lines); it must not be accessible by group or
+	// others. Otherwise AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+	// AWS_SESSION_TOKEN are used. A URI's profile= parameter picks its own
+	// section of this file (or of $AWS_SHARED_CREDENTIALS_FILE).
+	CredentialsFile string
+	// MultipartThreshold: writes larger than this use a multipart upload
+	// (default 16 MiB); smaller ones are one PUT.
+	MultipartThreshold int64
+	// PartSize is the size of multipart parts (default 8 MiB, at least
+	// 5 MiB as S3 requires); it grows for very large objects to stay
+	// within 10000 parts.
+	PartSize int64
+	// Concurrency is the number of parts of one write uploaded in parallel
+	// (default 4). A write buffers at most Concurrency+1 parts in memory.
+	Concurrency int
+	// Retry bounds retries of every call.
+	Retry RetryOptions
+	// ConnectTimeout bounds the first contact, in New (connecting and a
+	// first answer, retries included), and every TCP connect and TLS
+	// handshake after it (default DefaultConnectTimeout).
+	ConnectTimeout time.Duration
+	// ResponseTimeout bounds the wait for a response's headers once a
+	// request is sent (default DefaultResponseTimeout); a store that stops
+	// answering is retried instead of holding a reader forever.
+	ResponseTimeout time.Duration
+}
+
+// Defaults of Options.
+const (
+	DefaultConnectTimeout  = 10 * time.Second
+	DefaultResponseTimeout = 120 * time.Second
+)
+
+const (
+	defaultThreshold   = 16 << 20
+	defaultPartSize    = 8 << 20
+	defaultConcurrency = 4
+	minPartSize        = 5 << 20
+	maxPartSize        = 5 << 30
+	maxParts           = 10000
+	listPageSize       = 1000
+	// maxKeyBytes is S3's limit on an object key.
+	maxKeyBytes = 1024
+)
+
+func (o Options) withDefaults() (Options, error) {
+	if o.MultipartThreshold == 0 {
+		o.MultipartThreshold = defaultThreshold
+	}
+	if o.PartSize == 0 {
+		o.PartSize = defaultPartSize
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = defaultConcurrency
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.ResponseTimeout == 0 {
+		o.ResponseTimeout = DefaultResponseTimeout
+	}
+	switch {
+	case o.ConnectTimeout < 0 || o.ResponseTimeout < 0:
+		return o, fmt.Errorf("S3 timeouts %v, %v: want positive durations", o.ConnectTimeout, o.ResponseTimeout)
+	case o.PartSize < minPartSize || o.PartSize > maxPartSize:
+		return o, fmt.Errorf("S3 part size %d: want 5 MiB to 5 GiB", o.PartSize)
+	case o.MultipartThreshold < 0 || o.MultipartThreshold > maxPartSize:
+		return o, fmt.Errorf("S3 multipart threshold %d: want 0 to 5 GiB", o.MultipartThreshold)
+	case o.Concurrency < 1 || o.Concurrency > 256:
+		return o, fmt.Errorf("S3 upload concurrency %d: want 1 to 256", o.Concurrency)
+	}
+	o.Retry = o.Retry.withDefaults()
+	return o, nil
+}
+
+// Backend is an S3 bucket prefix.
+type Backend struct {
+	client *s3.Client
+	bucket string
+	prefix string // "" or ending in '/'
+	id     string
+	ep     endpoint
+	opt    Options
+	log    *slog.Logger
+	cond   conditional
+}
+
+var (
+	_ backends.Backend         = (*Backend)(nil)
+	_ backends.Copier          = (*Backend)(nil)
+	_ backends.DirMaker        = (*Backend)(nil)
+	_ backends.ExclusiveWriter = (*Backend)(nil)
+	_ backends.UploadAborter   = (*Backend)(nil)
+	_ backends.NameLimiter     = (*Backend)(nil)
+)
+
+// New opens the backend rooted at the directory URI u. It checks that the
+// bucket exists and that the credentials may list it, so a wrong endpoint,
+// bucket or key fails here, with a message that says what to fix.
+func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (backends.Backend, error) {
+	if u.Scheme != backends.SchemeS3 {
+		return nil, fmt.Errorf("s3 backend: URI scheme %q is not s3", u.Scheme)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opt, err := opt.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ep, err := resolveEndpoint(u.Endpoint, opt.Endpoint, u.Region, opt.Region, u.PathStyle, opt.PathStyle)
+	if err != nil {
+		return nil, err
+	}
+	cred, err := loadCredentials(opt.CredentialsFile, u.Profile)
+	if err != nil {
+		return nil, err
+	}
+	dialer := &net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}
+	hc := &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		TLSHandshakeTimeout:   opt.ConnectTimeout,
+		ResponseHeaderTimeout: opt.ResponseTimeout,
+		ExpectContinueTimeout: time.Second,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+	}}
+	so := s3.Options{
+		Region:       ep.region,
+		Credentials:  awscreds.NewStaticCredentialsProvider(cred.id, cred.secret, cred.token),
+		HTTPClient:   hc,
+		UsePathStyle: ep.pathStyle,
+		Retryer:      aws.NopRetryer{},
+		// Whole-object GETs are checked against the checksum the store
+		// kept, when it kept one; a store that kept none is not an
+		// event worth a log line per read.
+		DisableLogOutputChecksumValidationSkipped: true,
+	}
+	if ep.url != "" {
+		so.BaseEndpoint = aws.String(ep.url)
+	}
+	prefix := strings.TrimPrefix(u.Path, "/")
+	idURI := backends.URI{Scheme: backends.SchemeS3, Bucket: u.Bucket, Path: u.Path, Endpoint: ep.host}
+	b := &Backend{client: s3.New(so), bucket: u.Bucket, prefix: prefix, id: idURI.String(), ep: ep, opt: opt, log: log}
+	// Probe: one listing of the prefix proves bucket, endpoint and key.
+	// It is the first contact, bounded by ConnectTimeout.
+	probeCtx, cancel := context.WithTimeout(ctx, opt.ConnectTimeout)
+	defer cancel()
+	_, err = b.listRaw(probeCtx, prefix, "", "", 1)
+	if err != nil && ctx.Err() == nil && probeCtx.Err() != nil {
+		return nil, backends.Wrap("open", "", backends.ErrTransient, fmt.Errorf("S3 endpoint %s did not answer within %v (connect timeout; is it the right endpoint, and reachable?): %w", b.where(), opt.ConnectTimeout, err))
+	}
+	if err != nil {
+		return nil, b.wrapErr("open", "", err)
+	}
+	log.Debug("s3 backend opened", "uri", b.id, "path_style", ep.pathStyle, "region", ep.region)
+	return b, nil
+}
+
+// ID implements backends.Backend: the bucket, prefix and endpoint host.
+func (b *Backend) ID() string { return b.id }
+
+// Close implements backends.Backend, closing idle connections.
+func (b *Backend) Close() error {
+	if t, ok := b.client.Options().HTTPClient.(*http.Client); ok {
+		t.CloseIdleConnections()
+	}
+	return nil
+}
+
+// NameLimits implements backends.NameLimiter: keys of at most 1024 bytes,
+// the channel's prefix included; no per-component limit.
+func (b *Backend) NameLimits() (component, key int) {
+	return 0, maxKeyBytes - len(b.prefix)
+}
+
+func (b *Backend) object(key string) string { return b.prefix + key }
+
+// respDate returns the Date header of an SDK response (the time the store
+// accepted a write), or now.
+func respDate(md middleware.Metadata) time.Time {
+	if r, ok := awsmw.GetRawResponse(md).(*smithyhttp.Response); ok {
+		if t, err := http.ParseTime(r.Header.Get("Date")); err == nil {
+			return t
+		}
+	}
+	return time.Now().Truncate(time.Second)
+}
+
+func etagOf(p *string) string { return strings.Trim(aws.ToString(p), `"`) }
+
+func isNotFound(err error) bool {
+	st, code := statusOf(err)
+	return st == http.StatusNotFound && code != "NoSuchBucket"
+}
+
+func (b *Backend) head(ctx context.Context, key string) (*s3.HeadObjectOutput, error) {
+	var out *s3.HeadObjectOutput
+	err := b.retry(ctx, func() error {
+		var err error
+		out, err = b.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &b.bucket, Key: aws.String(b.object(key))})
+		if err == nil && etagOf(out.ETag) == "" {
+			return fmt.Errorf("HEAD response without ETag: %w", errTruncated)
+		}
+		return err
+	})
+	return out, err
+}
+
+// Stat implements backends.Backend.
+func (b *Backend) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	key = strings.TrimSuffix(key, "/")
+	if key == "" {
+		return backends.ObjectInfo{IsDir: true, Mode: 0o755}, nil
+	}
+	h, err := b.head(ctx, key)
+	if err == nil {
+		return backends.ObjectInfo{Key: key, Size: aws.ToInt64(h.ContentLength), ModTime: aws.ToTime(h.LastModified),
+			Version: etagOf(h.ETag), Mode: 0o644}, nil
+	}
+	if !isNotFound(err) {
+		return backends.ObjectInfo{}, b.wrapErr("stat", key, err)
+	}
+	isDir, err := b.dirExists(ctx, key)
+	if err != nil {
+		return backends.ObjectInfo{}, b.wrapErr("stat", key, err)
+	}
+	if !isDir {
+		return backends.ObjectInfo{}, backends.Wrap("stat", key, backends.ErrNotExist, nil)
+	}
+	return backends.ObjectInfo{Key: key, IsDir: true, Mode: 0o755}, nil
+}
+
+// dirExists reports whether anything (a marker or objects) lies under key/.
+func (b *Backend) dirExists(ctx context.Context, key string) (bool, error) {
+	res, err := b.listRaw(ctx, b.object(key)+"/", "", "", 1)
+	if err != nil {
+		return false, err
+	}
+	return len(res.Contents) > 0 || len(res.CommonPrefixes) > 0, nil
+}
+
+func (b *Backend) listRaw(ctx context.Context, prefix, delim, token string, max int) (*s3.ListObjectsV2Output, error) {
+	in := &s3.ListObjectsV2Input{Bucket: &b.bucket, Prefix: aws.String(prefix), MaxKeys: aws.Int32(int32(max))}
+	if delim != "" {
+		in.Delimiter = aws.String(delim)
+	}
+	if token != "" {
+		in.ContinuationToken = aws.String(token)
+	}
+	var out *s3.ListObjectsV2Output
+	err := b.retry(ctx, func() error {
+		var err error
+		out, err = b.client.ListObjectsV2(ctx, in)
+		return err
+	})
+	return out, err
+}
+
+// List implements backends.Backend. Non-recursive listings report
+// sub-directories as Prefixes; a directory's own marker is skipped;
+// recursive listings report markers as directories.
+func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
+	max := opt.MaxKeys
+	if max <= 0 || max > listPageSize {
+		max = listPageSize
+	}
+	delim := "/"
+	if opt.Recursive {
+		delim = ""
+	}
+	res, err := b.listRaw(ctx, b.object(opt.Prefix), delim, opt.Token, max)
+	if err != nil {
+		return backends.ListPage{}, b.wrapErr("list", opt.Prefix, err)
+	}
+	var page backends.ListPage
+	for _, o := range res.Contents {
+		rel := strings.TrimPrefix(aws.ToString(o.Key), b.prefix)
+		if rel == "" || rel == opt.Prefix && strings.HasSuffix(rel, "/") {
+			continue // the listed directory's own marker
+		}
+		if strings.HasSuffix(rel, "/") {
+			page.Objects = append(page.Objects, backends.ObjectInfo{Key: strings.TrimSuffix(rel, "/"), ModTime: aws.ToTime(o.LastModified), IsDir: true, Mode: 0o755})
+			continue
+		}
+		page.Objects = append(page.Objects, backends.ObjectInfo{Key: rel, Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified), Version: etagOf(o.ETag), Mode: 0o644})
+	}
+	for _, p := range res.CommonPrefixes {
+		page.Prefixes = append(page.Prefixes, strings.TrimSuffix(strings.TrimPrefix(aws.ToString(p.Prefix), b.prefix), "/"))
+	}
+	if aws.ToBool(res.IsTruncated) {
+		page.NextToken = aws.ToString(res.NextContinuationToken)
+		if page.NextToken == "" {
+			// A truncated page without a token would end the listing
+			// early and silently.
+			return backends.ListPage{}, b.wrapErr("list", opt.Prefix, fmt.Errorf("truncated listing without a continuation token: %w", errTruncated))
+		}
+	}
+	return page, nil
+}
+
+// Delete implements backends.Backend. S3 deletes a missing key without
+// complaint, so the key is looked up first to report ErrNotExist.
+func (b *Backend) Delete(ctx context.Context, key string) error {
+	k := strings.TrimSuffix(key, "/")
+	if k == "" {
+		return backends.Wrap("delete", key, backends.ErrInvalid, errors.New("cannot delete the root"))
+	}
+	if !strings.HasSuffix(key, "/") {
+		_, err := b.head(ctx, k)
+		if err == nil {
+			return b.wrapErr("delete", k, b.deleteObject(ctx, b.object(k)))
+		}
+		if !isNotFound(err) {
+			return b.wrapErr("delete", k, err)
+		}
+	}
+	res, err := b.listRaw(ctx, b.object(k)+"/", "", "", 2)
+	if err != nil {
+		return b.wrapErr("delete", k, err)
+	}
+	if len(res.Contents) == 0 {
+		return backends.Wrap("delete", k, backends.ErrNotExist, nil)
+	}
+	marker := b.object(k) + "/"
+	for _, o := range res.Contents {
+		if aws.ToString(o.Key) != marker {
+			return backends.Wrap("delete", k, backends.ErrNotEmpty, nil)
+		}
+	}
+	return b.wrapErr("delete", k, b.deleteObject(ctx, marker))
+}
+
+func (b *Backend) deleteObject(ctx context.Context, name string) error {
+	return b.retry(ctx, func() error {
+		_, err := b.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.bucket, Key: aws.String(name)})
+		return err
+	})
+}
+
+// Copy implements backends.Copier with a server-side copy (CopyObject,
+// which S3 allows up to 5 GiB; larger objects are copied in parts with
+// UploadPartCopy).
+func (b *Backend) Copy(ctx context.Context, from, to string) (backends.ObjectInfo, error) {
+	src, err := b.Stat(ctx, from)
+	if err != nil {
+		return backends.ObjectInfo{}, err
+	}
+	if src.IsDir {
+		return backends.ObjectInfo{}, backends.Wrap("copy", from, backends.ErrIsDir, nil)
+	}
+	source := copySource(b.bucket, b.object(from))
+	if src.Size > maxPartSize {
+		return b.copyParts(ctx, from, to, source, src)
+	}
+	err = b.retry(ctx, func() error {
+		_, err := b.client.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &b.bucket, Key: aws.String(b.object(to)),
+			CopySource: aws.String(source), CopySourceIfMatch: aws.String(`"` + src.Version + `"`)})
+		return err
+	})
+	if err != nil {
+		return backends.ObjectInfo{}, b.wrapErr("copy", from, err)
+	}
+	return b.Stat(ctx, to)
+}
+
+// copySource formats x-amz-copy-source: bucket/key, URL-encoded except for
+// the '/'s, with '+' encoded too (some stores read it as a space).
+func copySource(bucket, key string) string {
+	segs := strings.Split(bucket+"/"+key, "/")
+	for i, s := range segs {
+		segs[i] = strings.ReplaceAll(url.PathEscape(s), "+", "%2B")
+	}
+	return strings.Join(segs, "/")
+}
+
+// MakeDir implements backends.DirMaker with "key/" marker objects for key
+// and each of its parents.
+func (b *Backend) MakeDir(ctx context.Context, key string) error {
+	key = strings.TrimSuffix(key, "/")
+	if key == "" {
+		return nil
+	}
+	if _, err := b.head(ctx, key); err == nil {
+		return backends.Wrap("mkdir", key, backends.ErrExist, errors.New("an object of that name exists"))
+	} else if !isNotFound(err) {
+		return b.wrapErr("mkdir", key, err)
+	}
+	// Markers for the parents too, so they outlive their last child like
+	// real directories do.
+	segs := strings.Split(key, "/")
+	for i := range segs {
+		marker := b.object(strings.Join(segs[:i+1], "/")) + "/"
+		err := b.retry(ctx, func() error {
+			_, err := b.client.PutObject(ctx, &s3.PutObjectInput{Bucket: &b.bucket, Key: aws.String(marker), Body: bytes.NewReader(nil), ContentLength: aws.Int64(0)})
+			return err
+		})
+		if err != nil {
+			return b.wrapErr("mkdir", key, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,254 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awscreds "github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/backendtest"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+)
+
+const (
+	testBucket = "bkt"
+	// The suite's many-keys and large-write sizes, as the other backends
+	// run it.
+	conformanceKeys  = 2500
+	conformanceLarge = 20<<20 + 3
+)
+
+// emu is an emulator (its S3 face) serving a fresh root with one bucket.
+type emu struct {
+	srv      *ossemu.Server
+	endpoint string
+	root     string
+}
+
+func startEmu(t testing.TB, opt ossemu.Options) *emu {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, testBucket), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, endpoint := ossemutest.Start(t, root, opt)
+	return &emu{srv: srv, endpoint: endpoint, root: root}
+}
+
+// setCreds sets the credentials the emulator accepts, and clears what
+// else in the environment could steer the client.
+func setCreds(t testing.TB) {
+	t.Setenv("AWS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", ossemutest.AccessKeySecret)
+	for _, k := range []string{"AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"} {
+		t.Setenv(k, "")
+	}
+}
+
+// fastRetry keeps retry tests quick while still backing off.
+var fastRetry = RetryOptions{MaxAttempts: 10, BaseDelay: 5 * time.Millisecond, MaxDelay: 100 * time.Millisecond, MaxElapsed: 30 * time.Second}
+
+func openURI(t testing.TB, uri string, opt Options) *Backend {
+	t.Helper()
+	u, err := backends.ParseURI(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(context.Background(), u, opt, nil)
+	if err != nil {
+		t.Fatalf("New(%s): %v", uri, err)
+	}
+	return b.(*Backend)
+}
+
+// TestConformance runs the backend conformance suite against the S3 face
+// of the emulator, over a real socket, with SigV4 signatures checked.
+func TestConformance(t *testing.T) {
+	setCreds(t)
+	backendtest.RunOptions(t, func(t *testing.T) backends.Backend {
+		e := startEmu(t, ossemu.Options{})
+		return openURI(t, "s3://"+testBucket+"/data/?endpoint="+e.endpoint, Options{Retry: fastRetry})
+	}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
+}
+
+// TestConformanceStore runs the suite against a real S3-compatible store
+// (MinIO, SeaweedFS) named by MLFSD_TEST_S3_ENDPOINT, in the bucket
+// MLFSD_TEST_S3_BUCKET (default mlfsd-test), with the AWS_* credentials of
+// the environment. Without MLFSD_TEST_S3_ENDPOINT it is skipped: the
+// default test run needs no store but the emulator.
+func TestConformanceStore(t *testing.T) {
+	ep := os.Getenv("MLFSD_TEST_S3_ENDPOINT")
+	if ep == "" {
+		t.Skip("MLFSD_TEST_S3_ENDPOINT not set: no S3-compatible store to test against")
+	}
+	bucket := os.Getenv("MLFSD_TEST_S3_BUCKET")
+	if bucket == "" {
+		bucket = "mlfsd-test"
+	}
+	createBucket(t, ep, bucket)
+	run := time.Now().UnixNano()
+	n := 0
+	var mu sync.Mutex
+	backendtest.RunOptions(t, func(t *testing.T) backends.Backend {
+		mu.Lock()
+		n++
+		prefix := fmt.Sprintf("conformance-%d/%d/", run, n)
+		mu.Unlock()
+		b := openURI(t, "s3://"+bucket+"/"+prefix+"?endpoint="+ep, Options{})
+		t.Cleanup(func() { purge(t, b) })
+		return b
+	}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
+	t.Run("WriteExclusiveRace", func(t *testing.T) {
+		b := openURI(t, fmt.Sprintf("s3://%s/conformance-%d/race/?endpoint=%s", bucket, run, ep), Options{})
+		t.Cleanup(func() { purge(t, b) })
+		raceExclusive(t, b, 8)
+	})
+}
+
+// createBucket creates bucket at the store ep unless it exists.
+func createBucket(t *testing.T, ep, bucket string) {
+	t.Helper()
+	e, err := resolveEndpoint(ep, "", "", "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := loadCredentials("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s3.New(s3.Options{Region: e.region, BaseEndpoint: aws.String(e.url), UsePathStyle: e.pathStyle,
+		Credentials: awscreds.NewStaticCredentialsProvider(cred.id, cred.secret, cred.token)})
+	_, err = c.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+	if code := apiCode(err); err != nil && code != "BucketAlreadyOwnedByYou" && code != "BucketAlreadyExists" {
+		t.Fatalf("create bucket %s at %s: %v", bucket, ep, err)
+	}
+}
+
+func apiCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return ""
+}
+
+// purge deletes everything under b's root.
+func purge(t *testing.T, b *Backend) {
+	ctx := context.Background()
+	token := ""
+	for {
+		p, err := b.List(ctx, backends.ListOptions{Recursive: true, Token: token})
+		if err != nil {
+			t.Logf("purge: %v", err)
+			return
+		}
+		for _, o := range p.Objects {
+			k := o.Key
+			if o.IsDir {
+				k += "/"
+			}
+			if err := b.deleteObject(ctx, b.object(k)); err != nil {
+				t.Logf("purge %q: %v", k, err)
+			}
+		}
+		if token = p.NextToken; token == "" {
+			return
+		}
+	}
+}
+
+// raceExclusive has n goroutines race WriteExclusive on one key, each with
+// its own content: exactly one wins, the others get ErrExist, and the key
+// holds the winner's bytes. Then a later writer loses too.
+func raceExclusive(t *testing.T, b *Backend, n int) {
+	t.Helper()
+	ctx := t.Context()
+	start := make(chan struct{})
+	errs := make([]error, n)
+	infos := make([]backends.ObjectInfo, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			infos[i], errs[i] = b.WriteExclusive(ctx, "lease", fmt.Appendf(nil, "holder %d", i))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Errorf("writers %d and %d both won", winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, backends.ErrExist):
+			t.Errorf("writer %d: %v, want an error wrapping ErrExist", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no writer won: %v", errs)
+	}
+	want := fmt.Appendf(nil, "holder %d", winner)
+	if got := readAll(t, b, "lease"); !bytes.Equal(got, want) {
+		t.Errorf("lease holds %q, want the winner's %q", got, want)
+	}
+	if st, err := b.Stat(ctx, "lease"); err != nil || st.Version != infos[winner].Version || st.Size != int64(len(want)) {
+		t.Errorf("Stat(lease) = %+v, %v; the winner was told %+v", st, err, infos[winner])
+	}
+	if _, err := b.WriteExclusive(ctx, "lease", []byte("late")); !errors.Is(err, backends.ErrExist) {
+		t.Errorf("a late WriteExclusive: %v, want ErrExist", err)
+	}
+	// Gone, the key can be taken again.
+	if err := b.Delete(ctx, "lease"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.WriteExclusive(ctx, "lease", []byte("again")); err != nil {
+		t.Errorf("WriteExclusive after Delete: %v", err)
+	}
+}
+
+func readAll(t *testing.T, b backends.Backend, key string) []byte {
+	t.Helper()
+	r, err := b.Read(t.Context(), key, backends.ReadOptions{Length: -1})
+	if err != nil {
+		t.Fatalf("read %q: %v", key, err)
+	}
+	defer r.Close()
+	data, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("read %q: %v", key, err)
+	}
+	return data
+}
+
+// TestWriteExclusiveRace: eight writers race on one key through the
+// emulator's S3 face (If-None-Match: *); exactly one wins.
+func TestWriteExclusiveRace(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{})
+	for round := range 5 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			b := openURI(t, fmt.Sprintf("s3://%s/race%d/?endpoint=%s", testBucket, round, e.endpoint), Options{Retry: fastRetry})
+			raceExclusive(t, b, 8)
+		})
+	}
+	if st := e.srv.Stats(); st["PutObject"] == 0 {
+		t.Errorf("no PutObject reached the emulator: %v", st)
+	}
+}

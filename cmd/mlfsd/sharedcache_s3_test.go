@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/sharedcache"
+)
+
+// TestSharedCacheOnS3: the shared tier and the input channel both on
+// s3:// — the tier on the S3 face of an `mlfsd emulate oss` subprocess
+// (standing for an in-cluster MinIO), the dataset on the S3 face of a
+// source emulator that takes another key: the daemons reach each store
+// with its own key, the tier's named by profile= in its URI, both from one
+// --s3-credentials-file. Node 1 reads the dataset cold through a real FUSE
+// mount and fills the tier; node 2, with its own empty cache, reads it for
+// at most 5% of the dataset in source bytes, every byte right.
+func TestSharedCacheOnS3(t *testing.T) {
+	srcRoot, tierRoot := t.TempDir(), t.TempDir()
+	data := filepath.Join(srcRoot, "bkt", "data")
+	os.MkdirAll(filepath.Join(data, "imgs"), 0o755)
+	os.Mkdir(filepath.Join(tierRoot, "tier"), 0o755)
+	files := map[string][]byte{
+		"shard-0.bin": randomBytes(t, 12<<20+7),
+		"shard-1.bin": randomBytes(t, 2<<20+100),
+	}
+	for i := range 12 {
+		files[fmt.Sprintf("imgs/%03d.jpg", i)] = randomBytes(t, 40<<10+i*1000)
+	}
+	var total int64
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(data, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		total += int64(len(b))
+	}
+	const srcKey, srcSecret = "AKSOURCE", "source-secret-0123456789"
+	_, endpoint := ossemutest.Start(t, srcRoot, ossemu.Options{TTFB: 2 * time.Millisecond, AccessKeyID: srcKey, AccessKeySecret: srcSecret})
+	tier := startSharedEmulator(t, tierRoot)
+	// One credentials file: the default profile reaches the source, the
+	// [tier] profile the tier. Nothing in the environment.
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE"} {
+		t.Setenv(k, "")
+	}
+	credFile := filepath.Join(t.TempDir(), "s3-credentials")
+	cred := fmt.Sprintf("[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n\n[tier]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
+		srcKey, srcSecret, ossemutest.AccessKeyID, ossemutest.AccessKeySecret)
+	if err := os.WriteFile(credFile, []byte(cred), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tierURI := "s3://tier/mlfsd/?endpoint=http://" + tier.addr + "&profile=tier"
+	// The tier's metrics are labelled with its backend's ID: the bucket,
+	// prefix and endpoint host.
+	tierID := backends.URI{Scheme: backends.SchemeS3, Bucket: "tier", Path: "/mlfsd/", Endpoint: tier.addr}.String()
+	srcURI := "s3://bkt/data/?endpoint=" + endpoint
+
+	startNode := func() (*nodeDaemon, string) {
+		d := startNodeDaemon(t, t.TempDir(), "--s3-credentials-file", credFile, "--shared-cache", tierURI, "--shared-cache-timeout", "2s")
+		mnt := t.TempDir()
+		if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "--read-only", srcURI, mnt); code != 0 {
+			t.Fatalf("mount %s: %s\ndaemon:\n%s", srcURI, errOut, d.stderr)
+		}
+		return d, mnt
+	}
+	readAll := func(mnt string) {
+		t.Helper()
+		for name, want := range files {
+			got, err := os.ReadFile(filepath.Join(mnt, name))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%s through %s: %d bytes (want %d), %v", name, mnt, len(got), len(want), err)
+			}
+		}
+	}
+	metric := func(d *nodeDaemon, name string) float64 {
+		t.Helper()
+		v, ok := metricValue(t, d.scrape(t), name, map[string]string{"store": tierID})
+		if !ok {
+			t.Fatalf("no %s{store=%q} in the scrape of a node with a shared cache", name, tierID)
+		}
+		return v
+	}
+
+	n1, m1 := startNode()
+	readAll(m1)
+	first := sourceBytesOut(t, endpoint)
+	if first < total {
+		t.Fatalf("node 1 read a %d-byte dataset cold; the source sent %d", total, first)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); metric(n1, sharedcache.MetricWriteBytes) < float64(total); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("node 1 wrote %v of %d bytes to the shared tier (dropped %v, errors %v)", metric(n1, sharedcache.MetricWriteBytes), total,
+				metric(n1, sharedcache.MetricDropped), metric(n1, sharedcache.MetricWriteErrors))
+		}
+	}
+	// The blocks are objects in the tier's bucket, under its prefix.
+	var objects int
+	filepath.WalkDir(filepath.Join(tierRoot, "tier", "mlfsd"), func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			objects++
+		}
+		return nil
+	})
+	if objects == 0 {
+		t.Errorf("the shared tier holds no objects under tier/mlfsd/")
+	}
+
+	n2, m2 := startNode()
+	readAll(m2)
+	second := sourceBytesOut(t, endpoint) - first
+	t.Logf("dataset %d bytes: node 1 cost the source %d, node 2 %d; %d objects in the tier", total, first, second, objects)
+	if float64(second) > 0.05*float64(total) {
+		t.Errorf("node 2 cost the source %d bytes of a %d-byte dataset that node 1 had read; want at most 5%%", second, total)
+	}
+	if hits := metric(n2, sharedcache.MetricHitBytes); hits < 0.95*float64(total) {
+		t.Errorf("node 2 read %v bytes from the shared tier; want most of the %d-byte dataset", hits, total)
+	}
+	for _, d := range []*nodeDaemon{n1, n2} {
+		d.stop(t)
+	}
+	for _, d := range []*nodeDaemon{n1, n2} {
+		if log := d.stderr.String(); strings.Contains(log, ossemutest.AccessKeySecret) || strings.Contains(log, srcSecret) {
+			t.Error("a daemon logged an S3 secret key")
+		}
+	}
+}
