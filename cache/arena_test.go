@@ -134,3 +134,90 @@ func TestConcurrentSliceReadsRecycleSafely(t *testing.T) {
 		t.Fatalf("fetched %d bytes through an arena of %d blocks: nothing was recycled, the test proves nothing", st.BackendBytes, total)
 	}
 }
+
+// TestArenaChunks: objects under half a block take power-of-two chunks cut
+// from whole blocks, which are whole again once every chunk is back; the
+// arena never falls back to the heap while chunks fit.
+func TestArenaChunks(t *testing.T) {
+	a := newArena(4, MiB, false)
+	var refs []blockRef
+	for range 32 { // 4 blocks of 8 chunks of 128 KiB
+		r := a.get(100 << 10)
+		if got := r.cost(); got != 128<<10 {
+			t.Fatalf("a 100 KiB buffer costs %d, want 128 KiB", got)
+		}
+		if len(r.data()) != 100<<10 {
+			t.Fatalf("data is %d bytes, want 100 KiB", len(r.data()))
+		}
+		if !directOK(r.b.buf[:cap(r.b.buf)]) {
+			t.Fatal("chunk not page aligned")
+		}
+		refs = append(refs, r)
+	}
+	if h := a.heap.Load(); h != 0 {
+		t.Fatalf("%d heap blocks for 32 chunks that fit the arena", h)
+	}
+	if n := a.available(); n != 0 {
+		t.Fatalf("%d whole blocks free, want 0", n)
+	}
+	// Chunks do not overlap.
+	for i, r := range refs {
+		d := r.data()
+		for j := range d {
+			d[j] = byte(i)
+		}
+	}
+	for i, r := range refs {
+		for _, v := range r.data() {
+			if v != byte(i) {
+				t.Fatalf("chunk %d overwritten", i)
+			}
+		}
+	}
+	// A stale reference to a returned chunk cannot be revived.
+	stale := refs[0]
+	for _, r := range refs {
+		r.unref()
+	}
+	if stale.tryRef() {
+		t.Fatal("tryRef revived a returned chunk")
+	}
+	if n := a.available(); n != 4 {
+		t.Fatalf("%d whole blocks free after every chunk came back, want 4", n)
+	}
+	// Mixed sizes: whole blocks and chunks of two classes.
+	w := a.get(MiB)
+	s1 := a.get(4096)
+	s2 := a.get(300 << 10)
+	if w.cost() != MiB || s1.cost() != 4096 || s2.cost() != 512<<10 {
+		t.Fatalf("costs %d, %d, %d", w.cost(), s1.cost(), s2.cost())
+	}
+	if n := a.available(); n != 1 {
+		t.Fatalf("%d whole blocks free, want 1 (one whole, two split)", n)
+	}
+	w.unref()
+	s1.unref()
+	s2.unref()
+	if n := a.available(); n != 4 {
+		t.Fatalf("%d whole blocks free at the end, want 4", n)
+	}
+}
+
+// TestSmallObjectsStayInArena reads many small objects through a cache
+// whose arena could hold only a dozen whole blocks: with chunks, no block
+// comes from the heap.
+func TestSmallObjectsStayInArena(t *testing.T) {
+	b := newFake("fake://a/")
+	c := newTestCache(t, Options{Dir: t.TempDir(), MemoryBytes: 8 * MiB, TotalRequests: 4, FileRequests: 2, WarmAfter: -1})
+	for i := range 200 {
+		data := randomData(uint64(300+i), 100<<10)
+		info := b.put(fmt.Sprintf("d/f%03d", i), data)
+		if got := readFile(t, c, b, info); !bytes.Equal(got, data) {
+			t.Fatalf("object %d differs", i)
+		}
+	}
+	c.quiesce()
+	if h := c.Stats().HeapBlocks; h != 0 {
+		t.Fatalf("%d heap blocks reading 200 x 100 KiB through an 8 MiB cache", h)
+	}
+}

@@ -359,7 +359,7 @@ func (c *Cache) keepInMemory(key string, r blockRef) {
 // items; on a starved CPU that buffer could hold far more than the tier's
 // bound, so every setWaitEvery Sets we wait for it to drain.
 func (c *Cache) memSet(key string, r blockRef) {
-	if !c.mem.Set(key, r, int64(len(r.data()))) {
+	if !c.mem.Set(key, r, r.cost()) {
 		r.unref() // dropped, not queued: ristretto will not call OnExit
 	}
 	if c.sets.Add(1)%setWaitEvery == 0 {

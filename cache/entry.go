@@ -261,7 +261,7 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, sr
 	}
 	defer buf.unref()
 	c.keepInMemory(c.blockKey(e.id, bi), buf.ref())
-	n := int64(len(buf.data()))
+	n := buf.cost() // the write queue bounds the memory its blocks hold
 	held := src.background && c.writeQueue.Acquire(c.ctx, n) == nil
 	e.mu.Lock()
 	queue, wait := false, false

@@ -35,18 +35,18 @@ func (r *readyBuf) put(key string, ref blockRef) (out []readyItem) {
 	defer r.mu.Unlock()
 	if el, ok := r.items[key]; ok {
 		old := el.Value.(*readyItem)
-		r.bytes -= int64(len(old.r.data()))
+		r.bytes -= old.r.cost()
 		r.order.Remove(el)
 		out = append(out, *old)
 	}
 	r.items[key] = r.order.PushBack(&readyItem{key: key, r: ref})
-	r.bytes += int64(len(ref.data()))
+	r.bytes += ref.cost()
 	for r.bytes > r.limit {
 		el := r.order.Front()
 		it := el.Value.(*readyItem)
 		r.order.Remove(el)
 		delete(r.items, it.key)
-		r.bytes -= int64(len(it.r.data()))
+		r.bytes -= it.r.cost()
 		out = append(out, *it)
 	}
 	return out
@@ -82,11 +82,11 @@ func (r *readyBuf) take(key string) (blockRef, bool) {
 	it := el.Value.(*readyItem)
 	r.order.Remove(el)
 	delete(r.items, key)
-	r.bytes -= int64(len(it.r.data()))
+	r.bytes -= it.r.cost()
 	return it.r, true
 }
 
-// size is the bytes held.
+// size is the memory held (what the blocks occupy in the arena).
 func (r *readyBuf) size() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()

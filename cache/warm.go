@@ -234,8 +234,8 @@ func (c *Cache) writeFromMemory(e *entry) {
 		if !ok {
 			continue
 		}
-		n := int64(len(r.data()))
-		if n != e.blockLen(bi) || c.writeQueue.Acquire(c.ctx, n) != nil {
+		n := r.cost()
+		if int64(len(r.data())) != e.blockLen(bi) || c.writeQueue.Acquire(c.ctx, n) != nil {
 			r.unref()
 			continue
 		}

@@ -393,12 +393,12 @@ func (n *Node) sharedCache() (*cache.Cache, error) {
 		return nil, fmt.Errorf("read cache: %w", err)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		// The block arena holds --cache-memory plus a block per request in
-		// flight (64 MiB) for good; the rest (FUSE request buffers, upload
-		// parts, heap blocks when the arena runs dry) gets the 256 MiB the
-		// --cache-memory help promises. A tighter soft limit makes the GC
-		// run without end once the arena is counted against it.
-		debug.SetMemoryLimit(c.MemoryBytes + 64<<20 + 256<<20)
+		// The block arena (--cache-memory plus a block per request in
+		// flight) is mapped outside the Go heap, so the heap's soft limit
+		// bounds only the rest (FUSE request buffers, listings, upload
+		// parts, heap blocks when the arena runs dry): the 256 MiB the
+		// --cache-memory help promises.
+		debug.SetMemoryLimit(256 << 20)
 	}
 	n.cache = sc
 	return sc, nil

@@ -42,6 +42,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,6 +79,14 @@ type config struct {
 	mountFlags  string
 	only        string
 	readAheadKB int
+	pprofAddr   string // MLFSD_PPROF_ADDR of the mounts ("" = none)
+	profileDir  string // CPU profiles of the daemon's timed phases go here
+	profileSecs int
+	// cacheRoot holds a fresh cache directory per cold mount: a directory
+	// that just had thousands of files deleted makes the next epoch's
+	// creates slow (ext4 inode allocation), which is the machine, not the
+	// daemon. Removed when the run ends.
+	cacheRoot string
 }
 
 func main() {
@@ -101,6 +110,9 @@ func main() {
 	flag.StringVar(&chunk, "ideal-chunk", "8MiB", "range size of the ideal reader (the daemon's largest request)")
 	flag.StringVar(&c.mountFlags, "mount-flags", "", "extra flags for `mlfsd mount` (space-separated)")
 	flag.StringVar(&c.only, "only", "", "run only one part: big, small or list")
+	flag.StringVar(&c.pprofAddr, "pprof-addr", "", "serve net/http/pprof from each mount on this loopback address (MLFSD_PPROF_ADDR)")
+	flag.StringVar(&c.profileDir, "profile-dir", "", "save a CPU profile of the daemon over each timed phase here (needs --pprof-addr)")
+	flag.IntVar(&c.profileSecs, "profile-seconds", 4, "length of each --profile-dir profile (from the start of its phase)")
 	flag.IntVar(&c.readAheadKB, "read-ahead-kb", 0, "experiment: set the mount's /sys/class/bdi/*/read_ahead_kb after mounting (0: leave the kernel's)")
 	flag.Parse()
 	for _, p := range []struct {
@@ -118,6 +130,9 @@ func main() {
 		fatal(fmt.Errorf("--cache-memory: %w", err))
 	}
 	c.memBytes = int64(mem)
+	if c.profileDir != "" && c.pprofAddr == "" {
+		fatal(errors.New("--profile-dir needs --pprof-addr"))
+	}
 	if err := run(c); err != nil {
 		fatal(err)
 	}
@@ -158,6 +173,19 @@ func run(c config) error {
 	emuRoot := filepath.Join(c.work, "emu")
 	if err := seed(c, emuRoot); err != nil {
 		return err
+	}
+	if err := os.MkdirAll(c.work, 0o755); err != nil {
+		return err
+	}
+	var err error
+	if c.cacheRoot, err = os.MkdirTemp(c.work, "caches-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(c.cacheRoot)
+	if c.profileDir != "" {
+		if err := os.MkdirAll(c.profileDir, 0o755); err != nil {
+			return err
+		}
 	}
 	// Before the emulator starts: it takes its key pair from the same
 	// variables the clients (this process and the mounts) sign with.
@@ -294,6 +322,7 @@ func startEmulator(c config, root string) (*emulator, error) {
 	}
 	cmd := exec.Command(bin, "emulate", "oss", "--root", root, "--listen", "127.0.0.1:0",
 		"--ttfb", c.ttfb, "--conn-bandwidth", c.bandwidth)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "MLFSD_PPROF_ADDR=") })
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -345,6 +374,10 @@ func startMount(c config, emu *emulator, uri, cacheDir, mnt string) (*mount, err
 	args = append(args, strings.Fields(c.mountFlags)...)
 	args = append(args, uri, mnt)
 	cmd := exec.Command(c.mlfsd, args...)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "MLFSD_PPROF_ADDR=") })
+	if c.pprofAddr != "" {
+		cmd.Env = append(cmd.Env, "MLFSD_PPROF_ADDR="+c.pprofAddr)
+	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -428,6 +461,48 @@ func (m *mount) cpu() (float64, int64) {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return float64(utime+stime) / 100, minflt // USER_HZ is 100 on Linux
+}
+
+// profile starts a CPU profile of the daemon of --profile-seconds, if
+// --profile-dir asks for them, and returns a function that waits for it,
+// saves it as DIR/name-*.pprof, and saves a heap profile next to it. Call
+// it as the timed phase starts.
+func (m *mount) profile(c config, name string) func() {
+	if c.profileDir == "" {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.pprofAddr, c.profileSecs)
+		resp, err := http.Get(url)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cachebench: profile:", err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.CreateTemp(c.profileDir, name+"-*.pprof")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cachebench: profile:", err)
+			return
+		}
+		defer f.Close()
+		io.Copy(f, resp.Body)
+	}()
+	return func() {
+		<-done
+		// And the heap as the phase left it (what holds memory besides
+		// the block arena).
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/heap", c.pprofAddr))
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		if f, err := os.CreateTemp(c.profileDir, name+"-heap-*.pprof"); err == nil {
+			io.Copy(f, resp.Body)
+			f.Close()
+		}
+	}
 }
 
 // stop unmounts (SIGTERM) and returns the daemon's peak RSS.
@@ -535,9 +610,11 @@ func completeCacheFile(dir string, size int64, wait time.Duration) (string, erro
 }
 
 func benchBig(ctx context.Context, c config, emu *emulator, ideal backends.Backend, res *result) error {
-	cacheDir := filepath.Join(c.work, "cache-big")
+	cacheDir, err := os.MkdirTemp(c.cacheRoot, "big-")
+	if err != nil {
+		return err
+	}
 	mnt := filepath.Join(c.work, "mnt-big")
-	os.RemoveAll(cacheDir)
 	uri := "oss://bench/big/"
 
 	// Cold: an empty cache, against the ideal reader measured just before
@@ -563,11 +640,16 @@ func benchBig(ctx context.Context, c config, emu *emulator, ideal backends.Backe
 		return err
 	}
 	cpu0, flt0 := m.cpu()
-	if res.ColdMBs, err = primed(func() (float64, error) { return readSeq(filepath.Join(mnt, "file.bin")) }); err != nil {
+	var profiled func()
+	if res.ColdMBs, err = primed(func() (float64, error) {
+		profiled = m.profile(c, "big-cold")
+		return readSeq(filepath.Join(mnt, "file.bin"))
+	}); err != nil {
 		m.stop()
 		return fmt.Errorf("cold read: %w", err)
 	}
 	cpu1, flt1 := m.cpu()
+	profiled()
 	res.ColdCPUPerGiB = (cpu1 - cpu0) / (float64(c.bigSize) / (1 << 30))
 	res.ColdMinorFaults = flt1 - flt0
 	after, err := primed(idealOnce)
@@ -731,9 +813,11 @@ func benchSmall(ctx context.Context, c config, emu *emulator, emuRoot string, r 
 	// cold mounts a fresh cache, lists the dataset as a loader does
 	// (untimed), then times one epoch; it returns the mount, still up.
 	cold := func(extra string) (*mount, float64, int64, error) {
-		cacheDir := filepath.Join(c.work, "cache-small")
+		cacheDir, err := os.MkdirTemp(c.cacheRoot, "small-")
+		if err != nil {
+			return nil, 0, 0, err
+		}
 		mnt := filepath.Join(c.work, "mnt-small")
-		os.RemoveAll(cacheDir)
 		cc := c
 		cc.mountFlags = strings.TrimSpace(c.mountFlags + " " + extra)
 		m, err := startMount(cc, emu, "oss://bench/small/", cacheDir, mnt)
@@ -753,7 +837,9 @@ func benchSmall(ctx context.Context, c config, emu *emulator, emuRoot string, r 
 		var secs float64
 		gets := emu.gets()
 		if err == nil {
+			profiled := m.profile(c, "small-cold"+strings.ReplaceAll(extra, "--", "-"))
 			secs, err = epoch(c, under(mnt))
+			profiled()
 		}
 		gets = emu.gets() - gets
 		if err != nil {
@@ -776,7 +862,9 @@ func benchSmall(ctx context.Context, c config, emu *emulator, emuRoot string, r 
 		if err != nil {
 			return fmt.Errorf("local epoch: %w", err)
 		}
+		profiled := m.profile(c, "small-warm")
 		warm, err := epoch(c, under(m.mnt))
+		profiled()
 		if err != nil {
 			return fmt.Errorf("warm epoch: %w", err)
 		}

@@ -103,6 +103,9 @@ func newRootCmd(a *app) *cobra.Command {
 				return err
 			}
 			a.log = l
+			if err := a.startPprof(); err != nil { // pprof.go
+				return err
+			}
 			return a.startProfile()
 		},
 		PersistentPostRun: func(*cobra.Command, []string) { a.stopProfile() },
