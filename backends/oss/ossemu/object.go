@@ -412,7 +412,16 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		return
 	}
 	m := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), ACL: acl, Tags: tags}
-	oi, err := s.publish(f, rc.bucket, rc.key, m)
+	publish := s.publish
+	if strings.EqualFold(r.Header.Get("X-Oss-Forbid-Overwrite"), "true") {
+		// As OSS: the PUT succeeds only if the key is free, atomically.
+		publish = s.publishNew
+	}
+	oi, err := publish(f, rc.bucket, rc.key, m)
+	if errors.Is(err, errExists) {
+		s.writeError(w, r, rc, http.StatusConflict, "FileAlreadyExists", "The object you specified already exists and can not be overwritten.")
+		return
+	}
 	if err != nil {
 		s.receiveError(w, r, rc, err)
 		return
