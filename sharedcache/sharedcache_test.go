@@ -67,6 +67,9 @@ type nopClose struct{ backends.Backend }
 
 func (nopClose) Close() error { return nil }
 
+// Unwrap keeps the store's optional interfaces (ExclusiveWriter) in reach.
+func (n nopClose) Unwrap() backends.Backend { return n.Backend }
+
 func harness(store func(*testing.T) backends.Backend, mutate func(*Options)) sharedtest.Harness {
 	return sharedtest.Harness{
 		Store: func(t *testing.T) backends.Backend {

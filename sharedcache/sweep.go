@@ -8,23 +8,43 @@ import (
 	"io"
 	"math/rand/v2"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
 )
 
 // The size bound. Every node runs a sweeper; a sweep runs only on the node
-// that holds the lease, an object beside the blocks naming its holder and
-// its expiry. The Backend contract has no conditional create, so a lease
-// is taken by writing it and reading it back: two nodes racing for an
-// expired lease can, rarely, both sweep. That is harmless: a sweep only
-// deletes the oldest blocks, and a block deleted twice, or deleted while
-// hot, is a miss that the next reader writes again. A store with a
-// lifecycle rule (OSS, S3, MinIO: expire objects N days after creation)
-// can bound the tier instead: run with MaxBytes 0 and no node sweeps.
+// that holds the lease.
+//
+// On a store with a conditional create (backends.ExclusiveWriter: OSS
+// x-oss-forbid-overwrite, HDFS create without overwrite, NAS link(2)) the
+// lease is one object per lease period, sweep.lease.<epoch> with epoch =
+// now / LeaseTTL, created with WriteExclusive: the store lets exactly one
+// node create it, so at most one node holds each epoch, and nothing has to
+// expire or be read back. Nodes whose clocks disagree across an epoch
+// boundary may hold two adjacent epochs at once; that is as harmless as
+// the race below.
+//
+// On a store without one, the lease is the object sweep.lease naming its
+// holder and expiry, taken by writing it and reading it back: two nodes
+// racing for an expired lease can, rarely, both sweep. That is harmless: a
+// sweep only deletes the oldest blocks, and a block deleted twice, or
+// deleted while hot, is a miss that the next reader writes again. A store
+// with a lifecycle rule (OSS, S3, MinIO: expire objects N days after
+// creation) can bound the tier instead: run with MaxBytes 0 and no node
+// sweeps.
 
-// leaseKey is the lease object, outside blocksPrefix.
+// leaseKey is the lease object of a store without ExclusiveWriter, and
+// leaseKey+".<epoch>" the epochs' lease objects of one with it; both
+// outside blocksPrefix.
 const leaseKey = "sweep.lease"
+
+// epochLeaseKey names the lease object of the epoch that now falls in.
+func epochLeaseKey(now time.Time, period time.Duration) string {
+	return fmt.Sprintf("%s.%d", leaseKey, now.UnixNano()/int64(period))
+}
 
 // lowWater: a sweep deletes down to this share of MaxBytes, so it does not
 // run again at the next block written.
@@ -121,11 +141,59 @@ func (t *Tier) Sweep(ctx context.Context) (SweepResult, error) {
 // takeLease reports whether this node holds the sweep lease, taking or
 // renewing it when it is free, expired, or already this node's.
 func (t *Tier) takeLease(ctx context.Context) (bool, error) {
+	if ew, ok := backends.As[backends.ExclusiveWriter](t.store); ok {
+		return t.takeEpochLease(ctx, ew)
+	}
+	return t.takeLeaseReadBack(ctx)
+}
+
+// takeEpochLease creates the current epoch's lease object, or finds that
+// this node created it earlier in the epoch. The winner deletes the lease
+// objects of epochs before the last (best effort: a later winner deletes
+// what this one could not).
+func (t *Tier) takeEpochLease(ctx context.Context, ew backends.ExclusiveWriter) (bool, error) {
+	now := t.opt.clock()
+	key := epochLeaseKey(now, t.opt.LeaseTTL)
+	body, _ := json.Marshal(lease{Holder: t.opt.Holder, Expires: now.Add(t.opt.LeaseTTL)})
+	_, err := ew.WriteExclusive(ctx, key, body)
+	if errors.Is(err, backends.ErrExist) {
+		// Taken: by this node earlier in the epoch, or by another.
+		cur, rerr := t.readLeaseKey(ctx, key)
+		if rerr != nil {
+			return false, nil // torn or gone: not ours to use
+		}
+		return cur.Holder == t.opt.Holder, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	t.dropOldLeases(ctx, key)
+	return true, nil
+}
+
+// dropOldLeases deletes epoch lease objects older than the previous epoch.
+func (t *Tier) dropOldLeases(ctx context.Context, current string) {
+	page, err := t.store.List(ctx, backends.ListOptions{Prefix: leaseKey + ".", MaxKeys: 1000})
+	if err != nil {
+		return
+	}
+	cur, _ := strconv.ParseInt(strings.TrimPrefix(current, leaseKey+"."), 10, 64)
+	for _, o := range page.Objects {
+		e, err := strconv.ParseInt(strings.TrimPrefix(o.Key, leaseKey+"."), 10, 64)
+		if err == nil && e < cur-1 {
+			t.store.Delete(ctx, o.Key)
+		}
+	}
+}
+
+// takeLeaseReadBack takes the lease on a store without ExclusiveWriter:
+// write it, then read it back (of nodes writing at once, the last wins).
+func (t *Tier) takeLeaseReadBack(ctx context.Context) (bool, error) {
 	cur, err := t.readLease(ctx)
 	if err != nil && !errors.Is(err, backends.ErrNotExist) {
 		return false, err
 	}
-	now := time.Now()
+	now := t.opt.clock()
 	if err == nil && cur.Holder != t.opt.Holder && now.Before(cur.Expires) {
 		return false, nil
 	}
@@ -150,8 +218,12 @@ func (t *Tier) takeLease(ctx context.Context) (bool, error) {
 }
 
 func (t *Tier) readLease(ctx context.Context) (lease, error) {
+	return t.readLeaseKey(ctx, leaseKey)
+}
+
+func (t *Tier) readLeaseKey(ctx context.Context, key string) (lease, error) {
 	var l lease
-	r, err := t.store.Read(ctx, leaseKey, backends.ReadOptions{Length: -1})
+	r, err := t.store.Read(ctx, key, backends.ReadOptions{Length: -1})
 	if err != nil {
 		return l, err
 	}

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -67,7 +68,8 @@ type Options struct {
 	// lease lasts LeaseTTL. A node that crashes mid-sweep holds the lease
 	// until it expires.
 	SweepEvery, LeaseTTL time.Duration
-	// Holder names this node in the lease (default: host name and pid).
+	// Holder names this node in the lease and in its single-flight claims
+	// (default: host name, pid and a random suffix, distinct per Tier).
 	Holder string
 	// Log receives state changes (tier down, sweeps); nil discards.
 	Log *slog.Logger
@@ -76,6 +78,8 @@ type Options struct {
 	// noVersion keys blocks without the version: the mutants that prove
 	// the conformance suite catches both (tests only).
 	noVerify, noVersion bool
+	// clock is the time of leases and claims (tests move it).
+	clock func() time.Time
 }
 
 // DefaultOptions returns the defaults of every zero field of Options.
@@ -120,7 +124,10 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Holder == "" {
 		h, _ := os.Hostname()
-		o.Holder = fmt.Sprintf("%s/%d", h, os.Getpid())
+		o.Holder = fmt.Sprintf("%s/%d/%08x", h, os.Getpid(), rand.Uint32())
+	}
+	if o.clock == nil {
+		o.clock = time.Now
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/backendtest"
@@ -64,6 +65,10 @@ var mutants = map[string]struct {
 		func(b backends.Backend) backends.Backend { return &ignoreCancel{b} },
 		[]string{"ContextCanceled"},
 	},
+	"racy-exclusive-write": {
+		func(b backends.Backend) backends.Backend { return &racyExclusive{b} },
+		[]string{"ExclusiveWriter"},
+	},
 	"suffix-encoded-links": {
 		func(b backends.Backend) backends.Backend { return &suffixLinks{b} },
 		[]string{"Linker"},
@@ -93,7 +98,7 @@ func TestMutantChild(t *testing.T) {
 	}
 	m := mutants[name]
 	backendtest.RunOptions(t, func(t *testing.T) backends.Backend { return m.wrap(newNAS(t)) },
-		backendtest.Options{ManyKeys: 3000, LargeSize: 20<<20 + 3})
+		backendtest.Options{ManyKeys: 3000, LargeSize: 20<<20 + 3, ExclusiveWriter: true})
 }
 
 func TestSuiteCatchesMutants(t *testing.T) {
@@ -123,7 +128,7 @@ func TestSuiteCatchesMutants(t *testing.T) {
 // TestSuiteOnConformingBackend runs the same reduced suite on the unbroken
 // backend, so a mutant's failure is known to come from its breakage.
 func TestSuiteOnConformingBackend(t *testing.T) {
-	backendtest.RunOptions(t, newNAS, backendtest.Options{ManyKeys: 3000, LargeSize: 20<<20 + 3})
+	backendtest.RunOptions(t, newNAS, backendtest.Options{ManyKeys: 3000, LargeSize: 20<<20 + 3, ExclusiveWriter: true})
 }
 
 type readFromStart struct{ backends.Backend }
@@ -299,4 +304,25 @@ func (s *suffixLinks) List(ctx context.Context, opt backends.ListOptions) (backe
 		page.Objects[i].Key, page.Objects[i].Link, page.Objects[i].Size = name, string(target), int64(len(target))
 	}
 	return page, nil
+}
+
+// racyExclusive implements ExclusiveWriter the way a store without a
+// conditional create would have to: look, then write. Racing callers all
+// see nothing and all "win".
+type racyExclusive struct{ backends.Backend }
+
+func (m *racyExclusive) WriteExclusive(ctx context.Context, key string, data []byte) (backends.ObjectInfo, error) {
+	if _, err := m.Stat(ctx, key); err == nil {
+		return backends.ObjectInfo{}, backends.Wrap("write", key, backends.ErrExist, nil)
+	}
+	time.Sleep(time.Millisecond) // the window every such check-then-write has
+	w, err := m.Write(ctx, key, backends.WriteOptions{SizeHint: int64(len(data))})
+	if err != nil {
+		return backends.ObjectInfo{}, err
+	}
+	if _, err := w.Write(data); err != nil {
+		w.Abort(ctx)
+		return backends.ObjectInfo{}, err
+	}
+	return w.Commit(ctx)
 }

@@ -9,7 +9,8 @@
 // awkward key names, version tokens, atomic commit and abort, error
 // sentinels, a streaming write of more than 64 MiB verified by checksum, and
 // concurrent readers and writers. Optional interfaces (Renamer, Appender,
-// DirMaker, Copier, Linker) are tested when the backend implements them.
+// DirMaker, Copier, Linker) are tested when the backend implements them;
+// ExclusiveWriter's race test runs when Options.ExclusiveWriter asks for it.
 //
 // Every sub-test opens its own backend through newBackend, so each starts
 // from an empty root and failures name the property that broke.
@@ -38,6 +39,10 @@ type Options struct {
 	RequireDirMaker bool
 	RequireCopier   bool
 	RequireLinker   bool
+	// ExclusiveWriter runs the race test of backends.ExclusiveWriter (8
+	// callers on one key: exactly one wins) and fails if the backend does
+	// not implement it. Off, that sub-test is skipped.
+	ExclusiveWriter bool
 
 	// ManyKeys is the number of keys the paging test creates (default 10,000).
 	ManyKeys int
@@ -105,6 +110,7 @@ func RunOptions(t *testing.T, newBackend func(t *testing.T) backends.Backend, op
 		{"Appender", testAppender},
 		{"Copier", testCopier},
 		{"Linker", testLinker},
+		{"ExclusiveWriter", testExclusiveWriter},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, s) })

@@ -53,7 +53,7 @@ func TestConformance(t *testing.T) {
 	backendtest.RunOptions(t, func(t *testing.T) backends.Backend {
 		s := emulator(t, hdfsemu.Options{})
 		return open(t, s, "/data/", hdfs.Options{})
-	}, backendtest.Options{RequireRenamer: true, RequireAppender: true, RequireDirMaker: true,
+	}, backendtest.Options{RequireRenamer: true, RequireAppender: true, RequireDirMaker: true, ExclusiveWriter: true,
 		ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
 }
 

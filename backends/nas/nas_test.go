@@ -18,7 +18,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	backendtest.RunOptions(t, newTestBackend, backendtest.Options{RequireRenamer: true, RequireAppender: true, RequireDirMaker: true, RequireLinker: true,
+	backendtest.RunOptions(t, newTestBackend, backendtest.Options{RequireRenamer: true, RequireAppender: true, RequireDirMaker: true, RequireLinker: true, ExclusiveWriter: true,
 		ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
 }
 

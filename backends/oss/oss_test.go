@@ -72,7 +72,7 @@ func TestConformance(t *testing.T) {
 	backendtest.RunOptions(t, func(t *testing.T) backends.Backend {
 		e := startEmu(t, ossemu.Options{})
 		return openURI(t, "oss://"+testBucket+"/data/", Options{Endpoint: e.endpoint, Retry: fastRetry})
-	}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, RequireLinker: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
+	}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, RequireLinker: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge, ExclusiveWriter: true})
 }
 
 func newDebugLogger(w io.Writer) *slog.Logger {

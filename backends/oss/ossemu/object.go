@@ -424,8 +424,15 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	publish := s.publish
 	if excl {
 		publish = s.publishIfAbsent
+	} else if strings.EqualFold(r.Header.Get("X-Oss-Forbid-Overwrite"), "true") {
+		// As OSS: the PUT succeeds only if the key is free, atomically.
+		publish = s.publishNew
 	}
 	oi, err := publish(f, rc.bucket, rc.key, m)
+	if errors.Is(err, errExists) {
+		s.writeError(w, r, rc, http.StatusConflict, "FileAlreadyExists", "The object you specified already exists and can not be overwritten.")
+		return
+	}
 	if err != nil {
 		if !s.conditionalError(w, r, rc, err) {
 			s.receiveError(w, r, rc, err)

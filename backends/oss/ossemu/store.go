@@ -351,6 +351,32 @@ var errConflict = errors.New("object key conflicts with an existing object or di
 // publish sets m on the temporary file f (already fully written), then
 // renames it to the object's path, creating parent directories.
 func (s *Server) publish(f *os.File, bucket, key string, m meta) (objInfo, error) {
+	return s.publishWith(f, bucket, key, m, os.Rename)
+}
+
+// errExists: an exclusive publish found the key taken.
+var errExists = errors.New("object exists")
+
+// publishNew is publish for a PUT with x-oss-forbid-overwrite: the file is
+// linked into place, and link(2) fails if anything is at the path, so of
+// racing PUTs (or a PUT racing any other write) exactly one publishes; the
+// others get errExists. appendMu orders it with appends, which create
+// objects under that lock.
+func (s *Server) publishNew(f *os.File, bucket, key string, m meta) (objInfo, error) {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	return s.publishWith(f, bucket, key, m, func(tmp, dst string) error {
+		if err := os.Link(tmp, dst); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return errExists
+			}
+			return err
+		}
+		return os.Remove(tmp)
+	})
+}
+
+func (s *Server) publishWith(f *os.File, bucket, key string, m meta, place func(tmp, dst string) error) (objInfo, error) {
 	tmp := f.Name()
 	fi, err := f.Stat()
 	if err != nil {
@@ -375,7 +401,7 @@ func (s *Server) publish(f *os.File, bucket, key string, m meta) (objInfo, error
 			if dfi, serr := os.Lstat(dst); serr == nil && dfi.IsDir() {
 				err = errConflict
 			} else {
-				err = os.Rename(tmp, dst)
+				err = place(tmp, dst)
 			}
 		}
 		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == 3 {
@@ -385,6 +411,9 @@ func (s *Server) publish(f *os.File, bucket, key string, m meta) (objInfo, error
 	s.dirs.Invalidate(s.bucketPath(bucket), filepath.Dir(dst))
 	if err != nil {
 		os.Remove(tmp)
+		if errors.Is(err, errExists) {
+			return objInfo{}, err
+		}
 		if errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.EISDIR) {
 			err = errConflict
 		}
