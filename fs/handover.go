@@ -23,12 +23,20 @@ package fs
 // go-fuse, other mount options).
 //
 // Node IDs: every mount uses go-fuse's ExternalNodeID, so a node's kernel
-// ID is its inode number, which mlfsd picks (input trees: a counter; on
+// ID is its inode number, which mlfsd picks (a counter per tree; on
 // adoption, the old daemon's number for each path). The new daemon looks up
-// every path the kernel knows and gets the same IDs. The kernel's lookup
-// counts are not replayed: those nodes are pinned (their FORGETs are not
-// passed on), which can only keep them in memory, never drop one the
-// kernel still uses. File handles: go-fuse hands out the lowest free
+// every path the kernel knows and gets the same IDs.
+//
+// Lookup counts: the kernel counts, per node, the replies that gave it the
+// node (LOOKUP, CREATE, MKDIR, MKNOD, SYMLINK, LINK, TMPFILE, and each
+// READDIRPLUS entry but "." and ".."), and gives them back with FORGET; a
+// node must live as long as its count is above zero. handoverFS counts
+// those replies itself (go-fuse keeps its count private), hands the count
+// of every node over, and the new daemon takes it as a debt: its replay
+// lookup gives go-fuse a count of 1 for the whole debt, the FORGETs that
+// pay the debt off are kept from go-fuse until the last one, which passes
+// that 1 on. So go-fuse drops a node exactly when the kernel's count
+// reaches zero, and not before (see handoverFS.Forget). File handles: go-fuse hands out the lowest free
 // number, so the new daemon opens the handed-over handles in order,
 // filling the gaps with directory handles of the root it then releases.
 //
@@ -44,6 +52,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path"
 	"sort"
@@ -74,10 +83,12 @@ type Snapshot struct {
 	Tree json.RawMessage `json:"tree,omitempty"`
 }
 
-// NodeState is one node the kernel may hold: its ID and where it is.
+// NodeState is one node of the tree: its ID, where it is, and how many
+// lookups of it the kernel holds (0: the tree has it, the kernel not).
 type NodeState struct {
-	ID   uint64 `json:"id"`
-	Path string `json:"path"`
+	ID      uint64 `json:"id"`
+	Path    string `json:"path"`
+	Lookups uint64 `json:"lookups"`
 }
 
 // HandleState is one open handle the kernel holds.
@@ -126,7 +137,11 @@ type handoverFS struct {
 	thawed   chan struct{}          // GUARDED_BY(mu): closed by thaw
 	inflight int                    // GUARDED_BY(mu)
 	handles  map[uint64]HandleState // GUARDED_BY(mu)
-	pinned   map[uint64]struct{}    // read-only once serving
+	// lookups is the kernel's lookup count of each node, as this server
+	// (and the daemons before it) answered; owed is the part of it a
+	// previous daemon gave, for which go-fuse holds a count of 1.
+	lookups map[uint64]uint64 // GUARDED_BY(mu)
+	owed    map[uint64]uint64 // GUARDED_BY(mu)
 
 	// inherited are the passthrough backing files a previous daemon
 	// registered, by node, while handles it opened on them are open. The
@@ -135,6 +150,7 @@ type handoverFS struct {
 	// the IDs it registered itself, cannot; Open rewrites its answer.
 	inherited map[uint64]*inheritedBacking // GUARDED_BY(mu)
 	srv       *fuse.Server                 // set before serving: unregisters them
+	log       *slog.Logger                 // may be nil
 }
 
 type inheritedBacking struct {
@@ -143,7 +159,8 @@ type inheritedBacking struct {
 }
 
 func newHandoverFS(inner fuse.RawFileSystem) *handoverFS {
-	h := &handoverFS{RawFileSystem: inner, handles: map[uint64]HandleState{}, inherited: map[uint64]*inheritedBacking{}}
+	h := &handoverFS{RawFileSystem: inner, handles: map[uint64]HandleState{}, inherited: map[uint64]*inheritedBacking{},
+		lookups: map[uint64]uint64{}, owed: map[uint64]uint64{}}
 	h.idle = sync.NewCond(&h.mu)
 	return h
 }
@@ -259,12 +276,72 @@ func (h *handoverFS) inherit(hs HandleState) {
 	ib.fhs[hs.Fh] = true
 }
 
-func (h *handoverFS) Forget(nodeid, nlookup uint64) {
-	defer h.enter()()
-	if _, ok := h.pinned[nodeid]; ok {
+// looked counts a reply that gave the kernel node id (0: none).
+func (h *handoverFS) looked(id uint64) {
+	if id == 0 {
 		return
 	}
-	h.RawFileSystem.Forget(nodeid, nlookup)
+	h.mu.Lock()
+	h.lookups[id]++
+	h.mu.Unlock()
+}
+
+// lookupCount is the kernel's lookup count of id, as answered.
+func (h *handoverFS) lookupCount(id uint64) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lookups[id]
+}
+
+// owe records that the kernel holds n lookups of id given by a previous
+// daemon, for which go-fuse was given one.
+func (h *handoverFS) owe(id, n uint64) {
+	h.mu.Lock()
+	h.lookups[id] += n
+	h.owed[id] += n
+	h.mu.Unlock()
+}
+
+// forgetLocked applies the kernel's FORGET of n lookups of id to the
+// counts and returns how many go-fuse is to forget. Needs h.mu.
+func (h *handoverFS) forgetLocked(id, n uint64) uint64 {
+	c := h.lookups[id]
+	if c == 0 {
+		// A node this server never gave nor took over (the kernel kept a
+		// node of the old daemon that was no longer in its tree): go-fuse
+		// does not know it and would take its FORGET for a protocol error.
+		return 0
+	}
+	if n >= c {
+		n = c // never below zero
+		delete(h.lookups, id)
+	} else {
+		h.lookups[id] = c - n
+	}
+	owed := h.owed[id]
+	if owed == 0 {
+		return n
+	}
+	paid := min(n, owed)
+	fwd := n - paid
+	if owed -= paid; owed > 0 {
+		h.owed[id] = owed
+	} else {
+		// The debt is paid: go-fuse's one lookup for it goes too.
+		delete(h.owed, id)
+		fwd++
+	}
+	return fwd
+}
+
+func (h *handoverFS) Forget(nodeid, nlookup uint64) {
+	defer h.enter()()
+	h.mu.Lock()
+	fwd := h.forgetLocked(nodeid, nlookup)
+	h.mu.Unlock()
+	if fwd > 0 {
+		h.RawFileSystem.Forget(nodeid, fwd)
+	}
 }
 
 func (h *handoverFS) Open(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
@@ -273,7 +350,9 @@ func (h *handoverFS) Open(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 	if !st.Ok() {
 		return st
 	}
-	hs := HandleState{Fh: out.Fh, Node: in.NodeId, Flags: in.Flags}
+	// Opened again after a handover without O_TRUNC (an output file
+	// would lose what was written since) or O_CREAT/O_EXCL.
+	hs := HandleState{Fh: out.Fh, Node: in.NodeId, Flags: in.Flags &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC)}
 	h.mu.Lock()
 	if ib := h.inherited[in.NodeId]; ib != nil {
 		// A backing file go-fuse may have registered for this open stays
@@ -292,6 +371,7 @@ func (h *handoverFS) Create(c <-chan struct{}, in *fuse.CreateIn, name string, o
 	defer h.enter()()
 	st := h.RawFileSystem.Create(c, in, name, out)
 	if st.Ok() {
+		h.looked(out.NodeId)
 		// Reopened later without O_CREAT/O_EXCL/O_TRUNC: it exists now.
 		flags := in.Flags &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_TRUNC)
 		h.opened(HandleState{Fh: out.Fh, Node: out.NodeId, Flags: flags,
@@ -340,9 +420,18 @@ func (h *handoverFS) ReleaseDir(in *fuse.ReleaseIn) {
 
 // The rest only pass through the gate.
 
+// The replies that give the kernel a node: each is one lookup it counts.
+
 func (h *handoverFS) Lookup(c <-chan struct{}, hd *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
 	defer h.enter()()
-	return h.RawFileSystem.Lookup(c, hd, name, out)
+	return h.entry(h.RawFileSystem.Lookup(c, hd, name, out), out)
+}
+
+func (h *handoverFS) entry(st fuse.Status, out *fuse.EntryOut) fuse.Status {
+	if st.Ok() {
+		h.looked(out.NodeId)
+	}
+	return st
 }
 func (h *handoverFS) GetAttr(c <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	defer h.enter()()
@@ -354,11 +443,11 @@ func (h *handoverFS) SetAttr(c <-chan struct{}, in *fuse.SetAttrIn, out *fuse.At
 }
 func (h *handoverFS) Mknod(c <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
 	defer h.enter()()
-	return h.RawFileSystem.Mknod(c, in, name, out)
+	return h.entry(h.RawFileSystem.Mknod(c, in, name, out), out)
 }
 func (h *handoverFS) Mkdir(c <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
 	defer h.enter()()
-	return h.RawFileSystem.Mkdir(c, in, name, out)
+	return h.entry(h.RawFileSystem.Mkdir(c, in, name, out), out)
 }
 func (h *handoverFS) Unlink(c <-chan struct{}, hd *fuse.InHeader, name string) fuse.Status {
 	defer h.enter()()
@@ -374,11 +463,11 @@ func (h *handoverFS) Rename(c <-chan struct{}, in *fuse.RenameIn, from, to strin
 }
 func (h *handoverFS) Link(c <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) fuse.Status {
 	defer h.enter()()
-	return h.RawFileSystem.Link(c, in, name, out)
+	return h.entry(h.RawFileSystem.Link(c, in, name, out), out)
 }
 func (h *handoverFS) Symlink(c <-chan struct{}, hd *fuse.InHeader, to, name string, out *fuse.EntryOut) fuse.Status {
 	defer h.enter()()
-	return h.RawFileSystem.Symlink(c, hd, to, name, out)
+	return h.entry(h.RawFileSystem.Symlink(c, hd, to, name, out), out)
 }
 func (h *handoverFS) Readlink(c <-chan struct{}, hd *fuse.InHeader) ([]byte, fuse.Status) {
 	defer h.enter()()
@@ -410,6 +499,7 @@ func (h *handoverFS) Tmpfile(c <-chan struct{}, in *fuse.CreateIn, out *fuse.Cre
 	defer h.enter()()
 	st := h.RawFileSystem.Tmpfile(c, in, out)
 	if st.Ok() {
+		h.looked(out.NodeId)
 		h.opened(HandleState{Fh: out.Fh, Node: out.NodeId, Flags: in.Flags})
 	}
 	return st
@@ -468,7 +558,29 @@ func (h *handoverFS) ReadDir(c <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEn
 }
 func (h *handoverFS) ReadDirPlus(c <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	defer h.enter()()
-	return h.RawFileSystem.ReadDirPlus(c, in, out)
+	st := h.RawFileSystem.ReadDirPlus(c, in, out)
+	if !st.Ok() {
+		return st
+	}
+	// The kernel counts every entry with a node but "." and ".."
+	// (fuse_direntplus_link).
+	ents, outs, err := fuse.ParseDirLookupEntries(out.Bytes())
+	if err != nil {
+		// Never seen: go-fuse wrote these bytes. Nothing is counted, which
+		// can only drop a node early at a later handover: say so.
+		if h.log != nil {
+			h.log.Error("handover: cannot count the nodes of a READDIRPLUS answer", "err", err)
+		}
+		return st
+	}
+	h.mu.Lock()
+	for i, e := range ents {
+		if outs[i].NodeId != 0 && e.Name != "." && e.Name != ".." {
+			h.lookups[outs[i].NodeId]++
+		}
+	}
+	h.mu.Unlock()
+	return st
 }
 func (h *handoverFS) FsyncDir(c <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	defer h.enter()()
@@ -517,6 +629,9 @@ func (m *Server) Snapshot() (*Snapshot, error) {
 	}
 	s := &Snapshot{Init: init, InitReply: reply, NextIno: m.inos.next.Load() + 1}
 	walkTree(m.root, "", &s.Nodes)
+	for i := range s.Nodes {
+		s.Nodes[i].Lookups = m.hfs.lookupCount(s.Nodes[i].ID)
+	}
 	known := map[uint64]bool{fuse.FUSE_ROOT_ID: true}
 	for _, n := range s.Nodes {
 		known[n.ID] = true
@@ -617,6 +732,7 @@ type Adoption struct {
 	opt        MountOptions
 	setHint    func(passthrough, replaying bool)
 	treeState  func() (json.RawMessage, error)
+	out        *outTree // an output tree, given its Store by ServeOutput
 }
 
 // adopt sets up a server for root on the connection fd with the handed
@@ -648,7 +764,6 @@ func adopt(fd int, mountpoint string, snap *Snapshot, root gofs.InodeEmbedder, i
 		return nodes[i].Path < nodes[j].Path
 	})
 	ids := map[string]uint64{".": fuse.FUSE_ROOT_ID}
-	hfs.pinned = map[uint64]struct{}{}
 	for _, n := range nodes {
 		parent, ok := ids[path.Dir(n.Path)]
 		if !ok {
@@ -663,7 +778,18 @@ func adopt(fd int, mountpoint string, snap *Snapshot, root gofs.InodeEmbedder, i
 			return nil, fmt.Errorf("%s: %s came back as node %d, the kernel knows it as %d", mountpoint, n.Path, out.NodeId, n.ID)
 		}
 		ids[n.Path] = n.ID
-		hfs.pinned[n.ID] = struct{}{}
+	}
+	// go-fuse now holds one lookup of every node: the kernel's count of a
+	// node it holds becomes a debt that its FORGETs pay off; a node only
+	// in the tree gives that one lookup back, deepest first (a directory
+	// goes after its children).
+	for i := len(nodes) - 1; i >= 0; i-- {
+		n := nodes[i]
+		if n.Lookups > 0 {
+			hfs.owe(n.ID, n.Lookups)
+		} else {
+			hfs.RawFileSystem.Forget(n.ID, 1)
+		}
 	}
 	inos.replay = nil
 	return a, nil

@@ -93,3 +93,58 @@ func TestHandoverGate(t *testing.T) {
 		t.Fatalf("handles after release: %+v", hs)
 	}
 }
+
+// forgetFS records the FORGETs passed on to go-fuse.
+type forgetFS struct {
+	fuse.RawFileSystem
+	forgot map[uint64]uint64
+}
+
+func (f *forgetFS) Forget(id, n uint64) { f.forgot[id] += n }
+
+func (f *forgetFS) Lookup(c <-chan struct{}, hd *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	out.NodeId = 5
+	return fuse.OK
+}
+
+// TestHandoverLookupDebt: lookups a previous daemon gave the kernel are a
+// debt for which go-fuse holds one lookup; FORGETs pay it off, go-fuse
+// sees only the last of them (as one) and those of its own lookups, so
+// its count reaches zero exactly when the kernel's does.
+func TestHandoverLookupDebt(t *testing.T) {
+	f := &forgetFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), forgot: map[uint64]uint64{}}
+	h := newHandoverFS(f)
+	// Replayed: go-fuse holds 1 of node 5 and 1 of node 6; the kernel 3 and 1.
+	h.owe(5, 3)
+	h.owe(6, 1)
+	// A lookup after the switch: the kernel 4, go-fuse 2.
+	if st := h.Lookup(nil, &fuse.InHeader{NodeId: 1}, "x", &fuse.EntryOut{}); !st.Ok() {
+		t.Fatal(st)
+	}
+	if n := h.lookupCount(5); n != 4 {
+		t.Fatalf("kernel count of node 5: %d, want 4", n)
+	}
+	h.Forget(5, 2)
+	if f.forgot[5] != 0 {
+		t.Fatalf("go-fuse forgot %d of node 5 while the debt is unpaid", f.forgot[5])
+	}
+	h.Forget(5, 1) // the debt is paid: go-fuse's replay lookup goes
+	if f.forgot[5] != 1 {
+		t.Fatalf("go-fuse forgot %d of node 5, want 1", f.forgot[5])
+	}
+	h.Forget(5, 1) // its own lookup
+	if f.forgot[5] != 2 || h.lookupCount(5) != 0 {
+		t.Fatalf("go-fuse forgot %d of node 5 (want 2), kernel count %d", f.forgot[5], h.lookupCount(5))
+	}
+	// A batch forget paying more than the debt at once.
+	h.Lookup(nil, &fuse.InHeader{NodeId: 1}, "x", &fuse.EntryOut{})
+	h.owe(5, 2) // (as if replayed again)
+	h.Forget(5, 3)
+	if f.forgot[5] != 4 {
+		t.Fatalf("go-fuse forgot %d of node 5 in all, want 4", f.forgot[5])
+	}
+	h.Forget(6, 1)
+	if f.forgot[6] != 1 {
+		t.Fatalf("go-fuse forgot %d of node 6, want 1", f.forgot[6])
+	}
+}

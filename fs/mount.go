@@ -208,7 +208,9 @@ func newRawFS(root gofs.InodeEmbedder, opt MountOptions) (fuse.MountOptions, *ha
 	if opt.Observe != nil {
 		rawFS = &observedFS{RawFileSystem: rawFS, obs: opt.Observe}
 	}
-	return mo, newHandoverFS(rawFS)
+	h := newHandoverFS(rawFS)
+	h.log = opt.Log
+	return mo, h
 }
 
 func mountTree(mountpoint string, root gofs.InodeEmbedder, inos *inoAlloc, opt MountOptions) (*Server, error) {

@@ -2,12 +2,14 @@ package fs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,11 +61,17 @@ type OutputOptions struct {
 type Owner struct{ UID, GID uint32 }
 
 type outTree struct {
-	st    *writeback.Store
+	st    *writeback.Store // nil only while a handed-over tree is replayed
 	b     backends.Backend
 	opt   OutputOptions
 	log   *slog.Logger
-	owner Owner // of what the backend holds
+	owner Owner     // of what the backend holds
+	inos  *inoAlloc // inode numbers, which are the kernel's node IDs
+
+	// A tree taken over from another daemon (output_handover.go).
+	replaying atomic.Bool // its nodes are being looked up again
+	seedMu    sync.Mutex
+	seed      map[string]map[string]outNodeState // GUARDED_BY(seedMu): children of loaded directories, by key
 }
 
 // NewOutputRoot returns the root of an output tree over opt.Store.
@@ -71,15 +79,8 @@ func NewOutputRoot(ctx context.Context, opt OutputOptions) (gofs.InodeEmbedder, 
 	if opt.Store == nil {
 		return nil, backends.Wrap("mount", "", backends.ErrInvalid, errors.New("output tree needs a writeback.Store"))
 	}
-	log := opt.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	t := &outTree{st: opt.Store, b: opt.Store.Backend(), opt: opt, log: log,
-		owner: Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}}
-	if opt.Owner != nil {
-		t.owner = *opt.Owner
-	}
+	t := newOutTree(opt.Store.Backend(), opt)
+	t.st = opt.Store
 	// The root must exist in stores with directories, so that its listing
 	// and uploads under it work.
 	if err := t.st.MakeDir(ctx, ""); err != nil {
@@ -88,12 +89,36 @@ func NewOutputRoot(ctx context.Context, opt OutputOptions) (gofs.InodeEmbedder, 
 	return &outDir{t: t, meta: t.loadedMeta(0o755, time.Now())}, nil
 }
 
+func newOutTree(b backends.Backend, opt OutputOptions) *outTree {
+	log := opt.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &outTree{b: b, opt: opt, log: log, inos: newInoAlloc(),
+		owner: Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}}
+	if opt.Owner != nil {
+		t.owner = *opt.Owner
+	}
+	return t
+}
+
 // MountOutput mounts an output tree at mountpoint.
 func MountOutput(ctx context.Context, mountpoint string, opt OutputOptions, mopt MountOptions) (*Server, error) {
 	root, err := NewOutputRoot(ctx, opt)
 	if err != nil {
 		return nil, err
 	}
+	d := root.(*outDir)
+	srv, err := mountTree(mountpoint, root, d.t.inos, outputMountOptions(opt, mopt))
+	if err != nil {
+		return nil, err
+	}
+	srv.treeState = func() (json.RawMessage, error) { return d.t.exportState(d.EmbeddedInode()) }
+	return srv, nil
+}
+
+// outputMountOptions are the mount options of an output tree.
+func outputMountOptions(opt OutputOptions, mopt MountOptions) MountOptions {
 	if mopt.EntryTimeout == 0 {
 		mopt.EntryTimeout = outputCacheTimeout
 	}
@@ -110,7 +135,7 @@ func MountOutput(ctx context.Context, mountpoint string, opt OutputOptions, mopt
 	// The kernel checks permissions against the modes and owners this
 	// tree reports (see docs/SEMANTICS.md, "Permissions").
 	mopt.DefaultPermissions = true
-	return Mount(mountpoint, root, mopt)
+	return mopt
 }
 
 // outKey returns the backend key of a node: its path from the root.
@@ -156,6 +181,10 @@ func (d *outDir) load(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	key := outKey(&d.Inode)
+	if d.loadSeed(ctx, key) {
+		d.loaded = true
+		return 0
+	}
 	prefix := ""
 	if key != "" {
 		prefix = key + "/"
@@ -207,8 +236,7 @@ func (d *outDir) load(ctx context.Context) syscall.Errno {
 			if mt.IsZero() {
 				mt = time.Now()
 			}
-			d.AddChild(name, d.NewPersistentInode(ctx, &outDir{t: d.t, meta: d.t.loadedMeta(dirMode(o.Mode), mt)},
-				gofs.StableAttr{Mode: syscall.S_IFDIR}), false)
+			d.AddChild(name, d.newChild(ctx, key, name, &outDir{t: d.t, meta: d.t.loadedMeta(dirMode(o.Mode), mt)}, syscall.S_IFDIR), false)
 		}
 	}
 	for name, o := range files {
@@ -216,13 +244,11 @@ func (d *outDir) load(ctx context.Context) syscall.Errno {
 			continue
 		}
 		if o.Link != "" {
-			d.AddChild(name, d.NewPersistentInode(ctx, &outLink{t: d.t, target: o.Link, meta: d.t.loadedMeta(0o777, o.ModTime)},
-				gofs.StableAttr{Mode: syscall.S_IFLNK}), false)
+			d.AddChild(name, d.newChild(ctx, key, name, &outLink{t: d.t, target: o.Link, meta: d.t.loadedMeta(0o777, o.ModTime)}, syscall.S_IFLNK), false)
 			continue
 		}
 		info := o
-		d.AddChild(name, d.NewPersistentInode(ctx, &outFile{t: d.t, base: &info, meta: d.t.loadedMeta(fileMode(o.Mode), o.ModTime)},
-			gofs.StableAttr{Mode: syscall.S_IFREG}), false)
+		d.AddChild(name, d.newChild(ctx, key, name, &outFile{t: d.t, base: &info, meta: d.t.loadedMeta(fileMode(o.Mode), o.ModTime)}, syscall.S_IFREG), false)
 	}
 	d.loaded = true
 	return 0
@@ -251,6 +277,11 @@ func (d *outDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*
 	ch := d.GetChild(name)
 	if ch == nil {
 		return nil, syscall.ENOENT
+	}
+	if d.t.replaying.Load() {
+		// Taking over: the kernel has the attributes; the Store is not
+		// open yet.
+		return ch, 0
 	}
 	if ga, ok := ch.Operations().(gofs.NodeGetattrer); ok {
 		var ao fuse.AttrOut
@@ -344,7 +375,7 @@ func (d *outDir) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.
 		return nil, ToErrno(d.t.log, "mkdir", key, err)
 	}
 	nd := &outDir{t: d.t, loaded: true, meta: d.newMeta(ctx, mode, true)}
-	ch := d.NewPersistentInode(ctx, nd, gofs.StableAttr{Mode: syscall.S_IFDIR})
+	ch := d.newChild(ctx, outKey(&d.Inode), name, nd, syscall.S_IFDIR)
 	var ao fuse.AttrOut
 	nd.Getattr(ctx, nil, &ao)
 	out.Attr = ao.Attr
@@ -394,7 +425,7 @@ func (d *outDir) Create(ctx context.Context, name string, flags uint32, mode uin
 		return nil, nil, 0, ToErrno(d.t.log, "create", key, err)
 	}
 	f := &outFile{t: d.t, meta: d.newMeta(ctx, mode, false)}
-	ch := d.NewPersistentInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG})
+	ch := d.newChild(ctx, outKey(&d.Inode), name, f, syscall.S_IFREG)
 	fh := newOutHandle(f, h, true)
 	var ao fuse.AttrOut
 	f.Getattr(ctx, fh, &ao)
@@ -535,7 +566,7 @@ func (d *outDir) Symlink(ctx context.Context, target, name string, out *fuse.Ent
 		return nil, ToErrno(d.t.log, "symlink", key, err)
 	}
 	l := &outLink{t: d.t, target: target, meta: d.newMeta(ctx, 0o777, false)}
-	ch := d.NewPersistentInode(ctx, l, gofs.StableAttr{Mode: syscall.S_IFLNK})
+	ch := d.newChild(ctx, outKey(&d.Inode), name, l, syscall.S_IFLNK)
 	var ao fuse.AttrOut
 	l.Getattr(ctx, nil, &ao)
 	out.Attr = ao.Attr

@@ -71,7 +71,7 @@ func (d *outDir) Mknod(ctx context.Context, name string, mode, rdev uint32, out 
 			return nil, ToErrno(d.t.log, "mknod", key, err)
 		}
 		f := &outFile{t: d.t, meta: d.newMeta(ctx, mode, false)}
-		ch := d.NewPersistentInode(ctx, f, gofs.StableAttr{Mode: syscall.S_IFREG})
+		ch := d.newChild(ctx, outKey(&d.Inode), name, f, syscall.S_IFREG)
 		var ao fuse.AttrOut
 		f.Getattr(ctx, nil, &ao)
 		out.Attr = ao.Attr
@@ -82,7 +82,7 @@ func (d *outDir) Mknod(ctx context.Context, name string, mode, rdev uint32, out 
 		return nil, syscall.EINVAL
 	}
 	n := &outSpecial{rdev: rdev, meta: d.newMeta(ctx, mode, false)}
-	ch := d.NewPersistentInode(ctx, n, gofs.StableAttr{Mode: typ})
+	ch := d.newChild(ctx, outKey(&d.Inode), name, n, typ)
 	var ao fuse.AttrOut
 	n.Getattr(ctx, nil, &ao)
 	out.Attr = ao.Attr

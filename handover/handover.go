@@ -32,7 +32,9 @@ import (
 
 // Protocol is the version of this handover protocol and of what it
 // carries (the mount snapshots). A daemon refuses another protocol.
-const Protocol = 1
+// 2: output mounts (their trees and staged files open for writing) and the
+// kernel's lookup count of every node.
+const Protocol = 2
 
 // SocketPath is the handover socket of the daemon with this state dir.
 func SocketPath(stateDir string) string { return filepath.Join(stateDir, "takeover.sock") }
@@ -201,7 +203,13 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 // be opened) are logged and Take returns nil: the rest is served. committed, if set,
 // runs once the old daemon committed and before it exits (to tell systemd
 // the new main PID).
-func Take(ctx context.Context, socket string, n *node.Node, version string, log *slog.Logger, committed func()) error {
+//
+// protocol is the protocol to ask for: 0 is Protocol (another value is for
+// tests of a refused handover).
+func Take(ctx context.Context, socket string, n *node.Node, version string, protocol int, log *slog.Logger, committed func()) error {
+	if protocol == 0 {
+		protocol = Protocol
+	}
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("connecting to the running daemon's handover socket %s: %w", socket, err)
@@ -214,7 +222,7 @@ func Take(ctx context.Context, socket string, n *node.Node, version string, log 
 	}
 	defer unix.Close(pidfd)
 	c.SetDeadline(time.Now().Add(5 * time.Minute))
-	if err := send(c, message{Type: "hello", Protocol: Protocol, Version: version}, nil); err != nil {
+	if err := send(c, message{Type: "hello", Protocol: protocol, Version: version}, nil); err != nil {
 		return fmt.Errorf("handover hello: %w", err)
 	}
 	offer, fds, err := recv(c)

@@ -2,6 +2,7 @@ package handover
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -67,7 +68,7 @@ func TestOfferRefusesOtherProtocol(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Type != "refuse" || len(fds) != 0 || !strings.Contains(m.Error, "protocol 2") || !strings.Contains(m.Error, `"v2"`) {
+	if m.Type != "refuse" || len(fds) != 0 || !strings.Contains(m.Error, fmt.Sprintf("protocol %d", Protocol+1)) || !strings.Contains(m.Error, `"v2"`) {
 		t.Fatalf("answer to another protocol: %+v (%d fds)", m, len(fds))
 	}
 	r := <-done

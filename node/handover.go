@@ -14,6 +14,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/cache"
 	mfs "github.com/mlfsd/mlfsd/fs"
+	"github.com/mlfsd/mlfsd/writeback"
 )
 
 // HandoverMount is one live mount as a node hands it to another process:
@@ -26,7 +27,10 @@ type HandoverMount struct {
 	Credentials HandoverCredentials `json:"credentials"`
 	Info        MountInfo           `json:"info"`
 	Snapshot    *mfs.Snapshot       `json:"snapshot"`
-	Fd          int                 `json:"-"`
+	// Staging is an output mount's files open for writing; the rest of
+	// its upload queue is the journal in the staging dir.
+	Staging *writeback.HandoverState `json:"staging,omitempty"`
+	Fd      int                      `json:"-"`
 }
 
 // HandoverCredentials are a mount's Credentials on the handover socket,
@@ -85,10 +89,6 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 			n.mu.Unlock()
 			return nil, fmt.Errorf("%s is being unmounted; try again", m.req.Target)
 		}
-		if !m.req.ReadOnly {
-			n.mu.Unlock()
-			return nil, fmt.Errorf("%s is an output mount: handing over output mounts is not supported yet", m.info.Target)
-		}
 		h.mounts = append(h.mounts, m)
 	}
 	n.handover = true
@@ -114,8 +114,15 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 		if err != nil {
 			return fail(err)
 		}
-		h.Mounts = append(h.Mounts, HandoverMount{Request: m.req, Credentials: HandoverCredentials(m.req.Credentials),
-			Info: m.info, Snapshot: snap, Fd: m.srv.Fd()})
+		hm := HandoverMount{Request: m.req, Credentials: HandoverCredentials(m.req.Credentials),
+			Info: m.info, Snapshot: snap, Fd: m.srv.Fd()}
+		if m.store != nil {
+			// Frozen: no request runs on the Store's handles. Its
+			// uploads go on until Commit.
+			st := m.store.Handover()
+			hm.Staging = &st
+		}
+		h.Mounts = append(h.Mounts, hm)
 	}
 	return h, nil
 }
@@ -130,6 +137,9 @@ func (h *Handover) Abort() {
 	h.n.mu.Unlock()
 }
 
+// storeStopTimeout bounds the wait, at a handover, for uploads in flight.
+const storeStopTimeout = 5 * time.Second
+
 // Commit gives the mounts up to the new process, which serves them once
 // this one exits: the cache is closed (its directory is the new one's) and
 // the mounts stay frozen. The passthrough backing files registered with
@@ -140,6 +150,20 @@ func (h *Handover) Commit() error {
 	n.closed = true
 	n.mu.Unlock()
 	var errs []error
+	// The output Stores stop: their uploads in flight finish (for a few
+	// seconds: the mounts are frozen meanwhile) or are cancelled, which
+	// the journal makes safe; the new daemon opens the staging dirs and
+	// uploads what is pending.
+	for _, m := range h.mounts {
+		if m.store == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), storeStopTimeout)
+		if err := m.store.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("stopping the uploads of %s: %w", m.info.Target, err))
+		}
+		cancel()
+	}
 	n.cacheMu.Lock()
 	if n.cache != nil {
 		if err := n.cache.Close(); err != nil {
@@ -227,7 +251,12 @@ type Adopted struct {
 type adoptedMount struct {
 	m   *mount
 	a   *mfs.Adoption
-	src *lateSource
+	src *lateSource // inputs
+
+	// Outputs: the Store is opened at Serve, once the old daemon let go
+	// of the staging dir.
+	b    backends.Backend
+	wopt writeback.Options
 }
 
 // Adopt sets up servers for mounts handed over by an old daemon. Nothing
@@ -250,9 +279,6 @@ func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 	n := ad.n
 	req := hm.Request
 	req.Credentials = hm.Credentials.creds()
-	if !req.ReadOnly {
-		return errors.New("output mounts cannot be taken over yet")
-	}
 	if hm.Snapshot == nil {
 		return errors.New("no snapshot of the mount's server")
 	}
@@ -271,6 +297,26 @@ func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 	m := &mount{req: req, info: hm.Info, ready: make(chan struct{}), done: make(chan struct{}), releaseBackend: release}
 	m.metrics = newMountMetrics(req.Target)
 	b := instrument(raw, m.metrics)
+	if !req.ReadOnly {
+		wopt, oopt, err := n.outputOptions(set, m)
+		if err != nil {
+			release()
+			return err
+		}
+		if hm.Staging != nil {
+			wopt.Handover = hm.Staging
+		} else {
+			wopt.Handover = &writeback.HandoverState{}
+		}
+		mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug}
+		a, err := mfs.AdoptOutput(hm.Fd, req.Target, hm.Snapshot, b, oopt, mopt)
+		if err != nil {
+			release()
+			return err
+		}
+		ad.items = append(ad.items, adoptedMount{m: m, a: a, b: b, wopt: wopt})
+		return nil
+	}
 	// A taken-over mount reads through the shared tier, as mountNow's do.
 	in, err := n.shared.through(ctx, b, set)
 	if err != nil {
@@ -297,6 +343,23 @@ func (ad *Adopted) Abort() {
 	ad.items = nil
 }
 
+// serveOutput opens an adopted output's Store on the staging dir the old
+// daemon left (its journal: the uploads pending; the handed-over state:
+// the files open for writing) and serves the mount.
+func (ad *Adopted) serveOutput(it adoptedMount) (*mfs.Server, error) {
+	st, err := writeback.Open(context.Background(), it.b, it.wopt)
+	if err != nil {
+		return nil, fmt.Errorf("%s: opening the staging dir the old daemon left (what it staged stays there, journaled: a restart of the daemon uploads it): %w", it.m.req.Target, err)
+	}
+	srv, err := it.a.ServeOutput(st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	it.m.store = st
+	return srv, nil
+}
+
 // Serve serves the adopted mounts, then opens the cache under them. Call
 // it once the old daemon exited. A mount that fails here is lost to both
 // daemons; its error is returned and the others serve. A cache that cannot
@@ -306,7 +369,13 @@ func (ad *Adopted) Serve() error {
 	var errs []error
 	var served []adoptedMount
 	for _, it := range ad.items {
-		srv, err := it.a.Serve()
+		var srv *mfs.Server
+		var err error
+		if it.m.req.ReadOnly {
+			srv, err = it.a.Serve()
+		} else {
+			srv, err = ad.serveOutput(it)
+		}
 		if err != nil {
 			it.a.Abort()
 			it.m.releaseBackend()
@@ -323,7 +392,7 @@ func (ad *Adopted) Serve() error {
 	}
 	for _, it := range served {
 		m := it.m
-		if c != nil {
+		if c != nil && m.req.ReadOnly {
 			m.view = c.View()
 			m.metrics.serveFrom(m.view)
 			it.src.v.Store(m.view)

@@ -323,29 +323,16 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 		}
 		m.srv = srv
 	} else {
-		o := set.Output
-		st, err := writeback.Open(ctx, b, writeback.Options{
-			StagingDir:      o.StagingDir,
-			Concurrency:     o.Concurrency,
-			StagingSync:     o.StagingSync,
-			MaxAttempts:     o.Retries,
-			BandwidthLimit:  o.BandwidthLimit,
-			StreamThreshold: o.StreamThreshold,
-			Registry:        prometheus.WrapRegistererWith(prometheus.Labels{"mount": target}, m.metrics.reg),
-			Log:             n.log,
-		})
+		wopt, oopt, err := n.outputOptions(set, m)
+		if err != nil {
+			return err
+		}
+		st, err := writeback.Open(ctx, b, wopt)
 		if err != nil {
 			return err
 		}
 		undo = append(undo, func() { st.Close() })
-		oopt := mfs.OutputOptions{Store: st, FsyncDurable: o.FsyncDurable, NoPassthrough: !o.Passthrough, Log: n.log}
-		if o.Owner != "" {
-			owner, err := ParseOwner(o.Owner) // validated by the table
-			if err != nil {
-				return err
-			}
-			oopt.Owner = &owner
-		}
+		oopt.Store = st
 		srv, err := mfs.MountOutput(ctx, target, oopt, mopt)
 		if err != nil {
 			return err
@@ -355,6 +342,31 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 	}
 	m.info = MountInfo{Target: target, URI: u.String(), ReadOnly: m.req.ReadOnly, Options: m.req.Options, MountedAt: time.Now().UTC()}
 	return nil
+}
+
+// outputOptions are the Store and tree options of output mount m (its
+// Store is left to the caller).
+func (n *Node) outputOptions(set Settings, m *mount) (writeback.Options, mfs.OutputOptions, error) {
+	o := set.Output
+	wopt := writeback.Options{
+		StagingDir:      o.StagingDir,
+		Concurrency:     o.Concurrency,
+		StagingSync:     o.StagingSync,
+		MaxAttempts:     o.Retries,
+		BandwidthLimit:  o.BandwidthLimit,
+		StreamThreshold: o.StreamThreshold,
+		Registry:        prometheus.WrapRegistererWith(prometheus.Labels{"mount": m.req.Target}, m.metrics.reg),
+		Log:             n.log,
+	}
+	oopt := mfs.OutputOptions{FsyncDurable: o.FsyncDurable, NoPassthrough: !o.Passthrough, Log: n.log}
+	if o.Owner != "" {
+		owner, err := ParseOwner(o.Owner) // validated by the table
+		if err != nil {
+			return wopt, oopt, err
+		}
+		oopt.Owner = &owner
+	}
+	return wopt, oopt, nil
 }
 
 // sharedCache returns the node's block cache, making it on first use.

@@ -81,6 +81,7 @@ func (s *Store) grantPassthrough(ctx context.Context, h *Handle, write bool) err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e.ptHandles++
+	e.adoptedPT = false // counted now
 	h.pt = true
 	if st := e.stream; st != nil && st.v == nil && !st.pt {
 		st.invalidateLocked() // the kernel's writes bypass this streamer
@@ -239,7 +240,7 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 func (s *Store) prepareWrite(ctx context.Context, e *entry) error {
 	s.mu.Lock()
 	cur, key, base, inBackend := e.cur, e.key, e.base, e.inBackend
-	inPlace := cur != nil && (!cur.sealed || e.ptHandles > 0)
+	inPlace := cur != nil && (!cur.sealed || e.ptHandles > 0 || e.adoptedPT)
 	s.mu.Unlock()
 	if inPlace {
 		// The kernel writes this file directly: it cannot be replaced. A

@@ -44,6 +44,11 @@ type Options struct {
 	// Log receives upload failures and recovery notes (nil: discarded).
 	Log *slog.Logger
 
+	// Handover, when set, takes over the files open for writing of the
+	// Store that had this staging dir (see Store.Handover): their live
+	// staging files are kept and become the files' current data.
+	Handover *HandoverState
+
 	// crashHook, set by tests, is called at each crash point (version.go).
 	crashHook func(point string)
 }

@@ -59,7 +59,9 @@ type Store struct {
 	entries map[string]*entry // GUARDED_BY(mu); by key, removed entries are absent
 	queue   []*entry          // GUARDED_BY(mu)
 	closed  bool              // GUARDED_BY(mu)
-	aside   []string          // GUARDED_BY(mu): files set aside by this run, for Drain
+	// stopping: handing over (Stop); uploaders take no new file.
+	stopping bool     // GUARDED_BY(mu)
+	aside    []string // GUARDED_BY(mu): files set aside by this run, for Drain
 	// completing counts uploads whose end is being recorded (journal
 	// record and staged data not yet released): Drain waits for them.
 	completing int              // GUARDED_BY(mu)
@@ -153,10 +155,13 @@ func (s *Store) recover() error {
 			continue
 		}
 		bl, err := s.openBlob(r.Blob)
-		if err == nil {
+		if err == nil && !s.liveBlob(r.Blob) {
 			// A sealed blob never changes: any difference means it was lost
 			// (machine crash without --staging-fsync) or written after its
-			// close through a descriptor still open. Never publish it.
+			// close through a descriptor still open. Never publish it. (The
+			// live file of a writer handed over may have changed since, written
+			// in place: its upload checks that before publishing, see
+			// checkUnchanged, and the writer's close seals it again.)
 			if st, serr := bl.stat(); serr != nil {
 				err = serr
 			} else if st.size != r.Size {
@@ -185,6 +190,9 @@ func (s *Store) recover() error {
 		keep[r.Blob] = true
 		s.queue = append(s.queue, e)
 		e.queued = true
+	}
+	if s.opt.Handover != nil {
+		s.adoptLive(keep)
 	}
 	des, err := os.ReadDir(s.blobDir)
 	if err != nil {

@@ -29,7 +29,7 @@ func (s *Store) worker() {
 	defer s.wg.Done()
 	for {
 		s.mu.Lock()
-		for !s.closed && len(s.queue) == 0 {
+		for !s.closed && (len(s.queue) == 0 || s.stopping) {
 			s.cond.Wait()
 		}
 		if s.closed {

@@ -106,6 +106,11 @@ type entry struct {
 	// GUARDED_BY(Store.mu)
 	closeFailed bool
 	lastSeal    blobStat // GUARDED_BY(Store.mu): cur's state at the last seal or staging
+	// adoptedPT: cur was handed over by a Store whose passthrough handles
+	// the kernel still writes it through, in place (handover.go); it is
+	// never replaced until those handles are opened again here (and
+	// counted in ptHandles). GUARDED_BY(Store.mu)
+	adoptedPT bool
 }
 
 // Exclusive operations on an entry (entry.op), named for diagnostics.

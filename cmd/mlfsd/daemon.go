@@ -21,6 +21,7 @@ import (
 func newDaemonCmd(a *app) *cobra.Command {
 	var stateDir, socket, metricsListen string
 	var takeover bool
+	var protocol int
 	c := &cobra.Command{
 		Use:   "daemon --state-dir DIR --socket PATH --cache-dir DIR [--metrics-listen ADDR] [--takeover]",
 		Short: "Serve the mounts of this host from one shared cache, through a local API",
@@ -63,7 +64,7 @@ Logs are JSON unless --log-format says otherwise.`,
 				}
 				a.log = l
 			}
-			return runDaemon(cmd.Context(), a, stateDir, socket, metricsListen, takeover)
+			return runDaemon(cmd.Context(), a, stateDir, socket, metricsListen, takeover, protocol)
 		},
 	}
 	f := c.Flags()
@@ -71,11 +72,14 @@ Logs are JSON unless --log-format says otherwise.`,
 	f.StringVar(&socket, "socket", "", "path of the API's unix socket (required; made mode 0600)")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9469")
 	f.BoolVar(&takeover, "takeover", false, "take the live mounts of the daemon running with this --state-dir and --socket, which then exits (an upgrade without unmounting)")
+	// For tests of a refused takeover: ask for another handover protocol.
+	f.IntVar(&protocol, "handover-protocol", 0, "handover protocol to ask for with --takeover (0: this binary's)")
+	f.MarkHidden("handover-protocol")
 	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
 	return c
 }
 
-func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen string, takeover bool) error {
+func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen string, takeover bool, protocol int) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Taking over, the cache directory is the old daemon's until it lets
@@ -100,7 +104,7 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 				a.log.Warn("sd_notify", "err", err)
 			}
 		}
-		if err := handover.Take(ctx, hsock, n, version, a.log, mainPID); err != nil {
+		if err := handover.Take(ctx, hsock, n, version, protocol, a.log, mainPID); err != nil {
 			return errors.Join(fmt.Errorf("takeover: %w", err), closeNode())
 		}
 	}
