@@ -21,8 +21,8 @@
 // only decide the speed, never the result: a point between two entries
 // that sort either way (a directory "a" as "a" or "a/" against the point
 // "a-") or a store that ignored StartAfter (every range then reads from
-// the start, and is cut off when its first probe shows no progress) costs
-// requests, not correctness. In a non-recursive listing split points
+// the start: its probes all find the same first entry, so it is never
+// split) costs requests, not correctness. In a non-recursive listing split points
 // hold no '/' after the prefix, so each lies wholly before or after every
 // sub-directory's keys, and a store's folding of keys into common prefixes
 // cannot depend on where a range starts.
@@ -37,13 +37,17 @@
 // img_000999 this gives img_001, img_002, ..., img_01, img_02, ...;
 // for hexadecimal hashes 03, 04, ..., 1, 2, ...; for Japanese names the
 // kanji seen. Split points are cut at rune boundaries, so they are valid
-// UTF-8 wherever the names are. Each point is first probed (a listing of
-// one key after it): points that start an empty range are dropped, and a
-// probe after the last key read tells a range that it is done without
-// reading a whole page past its end. A range whose first page does not
-// finish it is split again in the same way while fewer ranges than
-// Options.Requests are being listed, so a skewed guess is corrected after
-// one round trip.
+// UTF-8 wherever the names are. The page's density (its keys read as
+// numbers whose digits are the runes seen at each position, scale.go)
+// estimates how many entries lie between two points: only points a few
+// pages apart are kept, since every range costs a page read past its end
+// or a probe. Each kept point is then probed (a listing of one key after
+// it): points that start an empty range are dropped. A range whose first
+// page does not finish it is split again in the same way while fewer
+// ranges than Options.Requests are being listed, so a skewed guess is
+// corrected after one round trip; and a range estimated to end within a
+// tenth of a page of its last key probes once instead of reading a whole
+// page past its end.
 package parlist
 
 import (
@@ -85,6 +89,13 @@ const (
 	splitDepths = 3
 	// maxPoints bounds the split points probed after one page.
 	maxPoints = 64
+	// minRangePages: a range split off is likely to hold this many pages
+	// at least, by the page's density (every range reads up to a page
+	// past its end, or probes to learn it is done).
+	minRangePages = 3
+	// nearEnd: when a range is likely to end within this fraction of a
+	// page after the last one, a one-key probe asks whether it did.
+	nearEnd = 0.1
 )
 
 // List returns every entry under opt.Prefix (non-recursive or recursive,
@@ -231,15 +242,70 @@ func (l *lister) run(lo, hi string) {
 			return
 		}
 		opt.Token = page.NextToken
-		if !ok || l.active.Load() >= int32(l.o.Requests) || l.ranges.Load() >= int32(l.o.MaxRanges) {
+		if !ok {
 			continue
 		}
-		var done bool
-		hi, done = l.split(page, last, hi)
-		if done {
-			return
+		keys, alphabet := sample(l.opt.Prefix, page)
+		if l.active.Load() < int32(l.o.Requests) && l.ranges.Load() < int32(l.o.MaxRanges) {
+			var done bool
+			if hi, done = l.split(keys, alphabet, last, hi); done {
+				return
+			}
+			continue
+		}
+		// A range that ends about where this page did would read a
+		// whole page past its end to learn it: one key tells as much.
+		if sc, ok := newScale(keys, alphabet, hi); ok && hi != "" && sc.entries(last, hi) < nearEnd*float64(len(keys)) {
+			if first, found, err := l.probe(last); err != nil {
+				return
+			} else if !found || first > hi {
+				return
+			}
 		}
 	}
+}
+
+// probe returns the Key of the first entry after key.
+func (l *lister) probe(key string) (first string, found bool, err error) {
+	opt := l.opt
+	opt.StartAfter, opt.MaxKeys, opt.Links = key, 1, false
+	page, err := l.list(opt)
+	if err != nil {
+		l.fail(err)
+		return "", false, err
+	}
+	l.probes.Add(1)
+	first, found = lastKey(page)
+	return first, found, nil
+}
+
+// sample returns a page's keys, sorted, and the runes of their names
+// after prefix (no '/', no stray byte), sorted.
+func sample(prefix string, page backends.ListPage) (keys []string, alphabet []rune) {
+	keys = make([]string, 0, len(page.Objects)+len(page.Prefixes))
+	for _, oi := range page.Objects {
+		keys = append(keys, oi.Key)
+	}
+	keys = append(keys, page.Prefixes...)
+	slices.Sort(keys)
+	seen := map[rune]bool{}
+	for _, k := range keys {
+		n := strings.TrimPrefix(k, prefix)
+		for i, w := 0, 0; i < len(n); i += w {
+			var r rune
+			r, w = utf8.DecodeRuneInString(n[i:])
+			if r == utf8.RuneError && w == 1 || r == '/' {
+				continue // a stray byte is no rune to split at
+			}
+			seen[r] = true
+		}
+	}
+	alphabet = make([]rune, 0, len(seen))
+	for r := range seen {
+		alphabet = append(alphabet, r)
+	}
+	slices.Sort(alphabet)
+	return keys, alphabet
 }
 
 // lastKey is the largest Key of a page.
@@ -260,16 +326,29 @@ func lastKey(page backends.ListPage) (string, bool) {
 }
 
 // split cuts what is left of a range, the keys after last up to hi, at
-// split points that probing shows to start non-empty ranges, and starts
-// the ranges after the first. It returns the end of the range left to the
-// caller, or done when nothing is left after last.
-func (l *lister) split(page backends.ListPage, last, hi string) (newHi string, done bool) {
-	points := candidates(l.opt.Prefix, last, hi, page, !l.opt.Recursive)
-	if len(points) == 0 {
-		return hi, false
+// split points that probing shows to start non-empty ranges of a few
+// pages at least, and starts the ranges after the first. It returns the
+// end of the range left to the caller, or done when nothing is left after
+// last.
+func (l *lister) split(keys []string, alphabet []rune, last, hi string) (newHi string, done bool) {
+	points := candidates(l.opt.Prefix, last, hi, keys, alphabet, !l.opt.Recursive)
+	// Only points likely to start ranges of a few pages (every range
+	// costs up to a page read past its end, or a probe) are probed.
+	sc, haveScale := newScale(keys, alphabet, append(points, hi)...)
+	minEntries := minRangePages * float64(len(keys))
+	if haveScale {
+		spaced := points[:0]
+		from := last
+		for _, p := range points {
+			if sc.entries(from, p) >= minEntries {
+				spaced = append(spaced, p)
+				from = p
+			}
+		}
+		points = spaced
 	}
-	// first[i] is the Key of the first entry after points[i]; first of
-	// last goes in front.
+	// first[i] is the Key of the first entry after after[i]: last, then
+	// the points.
 	after := append([]string{last}, points...)
 	first := make([]string, len(after))
 	found := make([]bool, len(after))
@@ -278,15 +357,7 @@ func (l *lister) split(page backends.ListPage, last, hi string) (newHi string, d
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			opt := l.opt
-			opt.StartAfter, opt.MaxKeys, opt.Links = s, 1, false
-			page, err := l.list(opt)
-			if err != nil {
-				l.fail(err)
-				return
-			}
-			l.probes.Add(1)
-			first[i], found[i] = lastKey(page)
+			first[i], found[i], _ = l.probe(s)
 		}()
 	}
 	wg.Wait()
@@ -309,8 +380,8 @@ func (l *lister) split(page backends.ListPage, last, hi string) (newHi string, d
 		if first[i] == prev {
 			continue
 		}
-		keep = append(keep, after[i])
 		prev = first[i]
+		keep = append(keep, after[i])
 	}
 	// Reserve the ranges: other ranges split at the same time. Points
 	// given back leave their ranges to the range before them.
@@ -320,9 +391,6 @@ func (l *lister) split(page backends.ListPage, last, hi string) (newHi string, d
 		l.ranges.Add(-int32(over))
 		keep = keep[:len(keep)-over]
 	}
-	if len(keep) == 0 {
-		return hi, false
-	}
 	for i, s := range keep {
 		end := hi
 		if i+1 < len(keep) {
@@ -330,40 +398,19 @@ func (l *lister) split(page backends.ListPage, last, hi string) (newHi string, d
 		}
 		l.start(s, end)
 	}
+	if len(keep) == 0 {
+		return hi, false
+	}
 	return keep[0], false
 }
 
 // candidates returns split points between last and hi ("": no bound), in
 // ascending order: the runes seen in the page's names, each put after the
-// first d runes of last's name, for the few depths d where the page's
-// names began to differ and shallower. In a non-recursive listing no point
-// holds a '/' after the prefix.
-func candidates(prefix, last, hi string, page backends.ListPage, flat bool) []string {
-	var names []string
-	for _, oi := range page.Objects {
-		names = append(names, strings.TrimPrefix(oi.Key, prefix))
-	}
-	for _, p := range page.Prefixes {
-		names = append(names, strings.TrimPrefix(p, prefix))
-	}
-	slices.Sort(names)
-	seen := map[rune]bool{}
-	for _, n := range names {
-		for i, w := 0, 0; i < len(n); i += w {
-			var r rune
-			r, w = utf8.DecodeRuneInString(n[i:])
-			if r == utf8.RuneError && w == 1 || r == '/' {
-				continue // a stray byte is no rune to split at
-			}
-			seen[r] = true
-		}
-	}
-	alphabet := make([]rune, 0, len(seen))
-	for r := range seen {
-		alphabet = append(alphabet, r)
-	}
-	slices.Sort(alphabet)
-	if len(names) == 0 || len(alphabet) == 0 || !strings.HasPrefix(last, prefix) {
+// first d runes of last's name, for the few depths d above where the
+// page's names begin to differ. In a non-recursive listing no point holds
+// a '/' after the prefix.
+func candidates(prefix, last, hi string, keys []string, alphabet []rune, flat bool) []string {
+	if len(keys) == 0 || len(alphabet) == 0 || !strings.HasPrefix(last, prefix) {
 		return nil
 	}
 	name := last[len(prefix):]
@@ -376,21 +423,21 @@ func candidates(prefix, last, hi string, page backends.ListPage, flat bool) []st
 	if len(starts) == 0 {
 		return nil
 	}
-	lcp := commonPrefix(names[0], names[len(names)-1])
+	lcp := commonPrefix(keys[0], keys[len(keys)-1]) - len(prefix)
 	deep := 0 // the rune where the page's names begin to differ
 	for deep+1 < len(starts) && starts[deep+1] <= lcp {
 		deep++
 	}
 	// Points at the depth where the page's names differ would cut ranges
-	// smaller than a page (the page spans several values there), which
-	// cost a page each all the same: start one rune shallower.
+	// smaller than a page (the page spans several values there): start
+	// one rune shallower.
 	top := max(deep-1, 0)
 	var points []string
 	for d := top; d >= 0 && d > top-splitDepths; d-- {
-		base := prefix + name[:starts[d]]
 		if flat && strings.Contains(name[:starts[d]], "/") {
 			continue
 		}
+		base := prefix + name[:starts[d]]
 		cur, _ := utf8.DecodeRuneInString(name[starts[d]:])
 		for _, r := range alphabet {
 			if r <= cur {
