@@ -138,6 +138,9 @@ type Backend struct {
 	opt    Options
 	log    *slog.Logger
 	cond   conditional
+	// copyLimit: larger objects are copied in parts (CopyObject's 5 GiB;
+	// tests lower it).
+	copyLimit int64
 }
 
 var (
@@ -198,7 +201,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	}
 	prefix := strings.TrimPrefix(u.Path, "/")
 	idURI := backends.URI{Scheme: backends.SchemeS3, Bucket: u.Bucket, Path: u.Path, Endpoint: ep.host}
-	b := &Backend{client: s3.New(so), bucket: u.Bucket, prefix: prefix, id: idURI.String(), ep: ep, opt: opt, log: log}
+	b := &Backend{client: s3.New(so), bucket: u.Bucket, prefix: prefix, id: idURI.String(), ep: ep, opt: opt, log: log, copyLimit: maxPartSize}
 	// Probe: one listing of the prefix proves bucket, endpoint and key.
 	// It is the first contact, bounded by ConnectTimeout.
 	probeCtx, cancel := context.WithTimeout(ctx, opt.ConnectTimeout)
@@ -407,7 +410,7 @@ func (b *Backend) Copy(ctx context.Context, from, to string) (backends.ObjectInf
 		return backends.ObjectInfo{}, backends.Wrap("copy", from, backends.ErrIsDir, nil)
 	}
 	source := copySource(b.bucket, b.object(from))
-	if src.Size > maxPartSize {
+	if src.Size > b.copyLimit {
 		return b.copyParts(ctx, from, to, source, src)
 	}
 	err = b.retry(ctx, func() error {

@@ -252,3 +252,38 @@ func TestWriteExclusiveRace(t *testing.T) {
 		t.Errorf("no PutObject reached the emulator: %v", st)
 	}
 }
+
+// TestCopyInParts: an object larger than one CopyObject takes is copied
+// with UploadPartCopy parts, server-side, byte for byte; a missing source
+// is ErrNotExist.
+func TestCopyInParts(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{})
+	b := openURI(t, "s3://"+testBucket+"/c/?endpoint="+e.endpoint, Options{Retry: fastRetry, PartSize: 5 << 20})
+	b.copyLimit = 6 << 20
+	data := patterned(11<<20+17, 3)
+	w, err := b.Write(t.Context(), "src", backends.WriteOptions{SizeHint: int64(len(data))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(data)
+	if _, err := w.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.Copy(t.Context(), "src", "dst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Key != "dst" || info.Size != int64(len(data)) {
+		t.Errorf("Copy reported %+v", info)
+	}
+	if got := readAll(t, b, "dst"); !bytes.Equal(got, data) {
+		t.Errorf("the copy holds %d bytes, not the source's %d", len(got), len(data))
+	}
+	if n := e.srv.Stats()["UploadPartCopy"]; n != 3 {
+		t.Errorf("%d UploadPartCopy requests, want 3 parts of at most 5 MiB", n)
+	}
+	if _, err := b.Copy(t.Context(), "nosuch", "x"); !errors.Is(err, backends.ErrNotExist) {
+		t.Errorf("copy of a missing object: %v", err)
+	}
+}

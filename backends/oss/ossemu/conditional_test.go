@@ -172,3 +172,38 @@ func TestS3IfNoneMatchRace(t *testing.T) {
 		}
 	}
 }
+
+// TestS3UploadPartCopyConditions: UploadPartCopy honours
+// x-amz-copy-source-if-match (412 on another version) and answers a
+// missing source with 404 NoSuchKey, as S3 does.
+func TestS3UploadPartCopyConditions(t *testing.T) {
+	e := start(t, ossemu.Options{})
+	c := s3Client(e)
+	ctx := t.Context()
+	put, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucketName), Key: aws.String("src"), Body: strings.NewReader("source bytes")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cu, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(bucketName), Key: aws.String("dst")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyPart := func(src, ifMatch string) error {
+		in := &s3.UploadPartCopyInput{Bucket: aws.String(bucketName), Key: aws.String("dst"), UploadId: cu.UploadId,
+			PartNumber: aws.Int32(1), CopySource: aws.String(bucketName + "/" + src)}
+		if ifMatch != "" {
+			in.CopySourceIfMatch = aws.String(ifMatch)
+		}
+		_, err := c.UploadPartCopy(ctx, in)
+		return err
+	}
+	if err := copyPart("src", aws.ToString(put.ETag)); err != nil {
+		t.Errorf("copy of the version named: %v", err)
+	}
+	if err := copyPart("src", `"0123456789abcdef0123456789abcdef"`); apiCode(err) != "PreconditionFailed" {
+		t.Errorf("copy of another version: %v, want PreconditionFailed", err)
+	}
+	if err := copyPart("nosuch", ""); apiCode(err) != "NoSuchKey" {
+		t.Errorf("copy of a missing source: %v, want NoSuchKey", err)
+	}
+}
