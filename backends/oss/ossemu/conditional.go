@@ -41,7 +41,10 @@ func ifNoneMatch(r *http.Request, rc *reqCtx) (bool, error) {
 // publishIfAbsent is publish, except that it fails with
 // errPreconditionFailed when an object is at key: the temporary file is
 // hard-linked to the object's path, which fails if the path exists.
+// appendMu orders it with appends, which create objects under that lock.
 func (s *Server) publishIfAbsent(f *os.File, bucket, key string, m meta) (objInfo, error) {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
 	tmp := f.Name()
 	defer os.Remove(tmp)
 	fi, err := f.Stat()
