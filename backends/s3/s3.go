@@ -75,8 +75,10 @@ type Options struct {
 	// handshake after it (default DefaultConnectTimeout).
 	ConnectTimeout time.Duration
 	// ResponseTimeout bounds the wait for a response's headers once a
-	// request is sent (default DefaultResponseTimeout); a store that stops
-	// answering is retried instead of holding a reader forever.
+	// request is sent, and any read or write on a connection that makes no
+	// progress (default DefaultResponseTimeout): a store that stops
+	// answering, even in the middle of a body, is retried instead of
+	// holding a reader forever.
 	ResponseTimeout time.Duration
 }
 
@@ -176,8 +178,14 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	}
 	dialer := &net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}
 	hc := &http.Client{Transport: &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dialer.DialContext,
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &idleConn{Conn: c, timeout: opt.ResponseTimeout}, nil
+		},
 		TLSHandshakeTimeout:   opt.ConnectTimeout,
 		ResponseHeaderTimeout: opt.ResponseTimeout,
 		ExpectContinueTimeout: time.Second,
@@ -215,6 +223,28 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	}
 	log.Debug("s3 backend opened", "uri", b.id, "path_style", ep.pathStyle, "region", ep.region)
 	return b, nil
+}
+
+// idleConn fails a read or write that makes no progress for timeout: a
+// store that stops sending in the middle of a body would otherwise hold a
+// reader forever (the transport bounds only the wait for headers). The
+// failed read is then resumed, like any cut body, by the reader's retries.
+type idleConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
+	return c.Conn.Read(p)
+}
+
+// Write pushes the read deadline too: while a body goes up, the
+// transport's reader waits for the response, and the wait counts from the
+// last byte sent (as ResponseHeaderTimeout does), not from the first.
+func (c *idleConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetDeadline(time.Now().Add(c.timeout))
+	return c.Conn.Write(p)
 }
 
 // ID implements backends.Backend: the bucket, prefix and endpoint host.
