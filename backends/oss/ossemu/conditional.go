@@ -10,7 +10,7 @@ import (
 	"syscall"
 )
 
-// S3 conditional writes: a PUT or CompleteMultipartUpload with
+// S3 conditional writes: a PUT, CopyObject or CompleteMultipartUpload with
 // If-None-Match: * stores the object only if nothing is at its key yet;
 // otherwise 412 PreconditionFailed, and the object stays as it was. Of
 // racing writers the first to finish wins, as in S3: the check is the
