@@ -6,9 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,5 +291,86 @@ func TestCopyInParts(t *testing.T) {
 	}
 	if _, err := b.Copy(t.Context(), "nosuch", "x"); !errors.Is(err, backends.ErrNotExist) {
 		t.Errorf("copy of a missing object: %v", err)
+	}
+}
+
+// proxyEmu serves the emulator through handler, which gets the emulator's
+// own handler to forward to.
+func proxyEmu(t *testing.T, e *emu, handler func(next http.Handler) http.Handler) string {
+	t.Helper()
+	target, _ := url.Parse(e.endpoint)
+	front := httptest.NewServer(handler(httputil.NewSingleHostReverseProxy(target)))
+	t.Cleanup(front.Close)
+	return front.URL
+}
+
+// TestWriteExclusiveWhereIgnored: on a store that ignores If-None-Match
+// (here a proxy drops the header), WriteExclusive fails with
+// ErrUnsupported rather than letting every racer win, and leaves no probe
+// object behind.
+func TestWriteExclusiveWhereIgnored(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{Anonymous: true})
+	ep := proxyEmu(t, e, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r.Header.Del("If-None-Match")
+			next.ServeHTTP(w, r)
+		})
+	})
+	b := openURI(t, "s3://"+testBucket+"/x/?endpoint="+ep, Options{Retry: fastRetry})
+	for range 2 { // the verdict is remembered
+		if _, err := b.WriteExclusive(t.Context(), "lease", []byte("a")); !errors.Is(err, backends.ErrUnsupported) {
+			t.Fatalf("WriteExclusive where If-None-Match is ignored: %v, want ErrUnsupported", err)
+		}
+	}
+	p, err := b.List(t.Context(), backends.ListOptions{Recursive: true})
+	if err != nil || len(p.Objects) != 0 {
+		t.Errorf("left behind: %+v, %v", p.Objects, err)
+	}
+	if n := e.srv.Stats()["PutObject"]; n != 2 {
+		t.Errorf("%d PUTs, want the probe's two only", n)
+	}
+}
+
+// TestWriteExclusiveLostResponse: a conditional PUT that takes effect but
+// whose response is lost is retried; the retry's 412 is recognised as the
+// caller's own object (same bytes), so the caller wins, once; a racer that
+// wrote other bytes meanwhile is not mistaken for us.
+func TestWriteExclusiveLostResponse(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{Anonymous: true})
+	var lose atomic.Int32
+	ep := proxyEmu(t, e, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPut && r.Header.Get("If-None-Match") != "" && !strings.Contains(r.URL.Path, "probe") && lose.Add(-1) >= 0 {
+				// Forward, then cut the connection instead of answering.
+				next.ServeHTTP(httptest.NewRecorder(), r)
+				c, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					c.Close()
+				}
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	b := openURI(t, "s3://"+testBucket+"/x/?endpoint="+ep, Options{Retry: fastRetry})
+	lose.Store(1)
+	info, err := b.WriteExclusive(t.Context(), "lease", []byte("mine"))
+	if err != nil {
+		t.Fatalf("WriteExclusive whose first response was lost: %v", err)
+	}
+	if st, err := b.Stat(t.Context(), "lease"); err != nil || st.Version != info.Version {
+		t.Errorf("Stat = %+v, %v; WriteExclusive said %+v", st, err, info)
+	}
+	if _, err := b.WriteExclusive(t.Context(), "lease", []byte("mine")); !errors.Is(err, backends.ErrExist) {
+		t.Errorf("a second WriteExclusive of the same bytes, no response lost: %v, want ErrExist", err)
+	}
+	lose.Store(1)
+	if _, err := b.WriteExclusive(t.Context(), "lease", []byte("other")); !errors.Is(err, backends.ErrExist) {
+		t.Errorf("WriteExclusive of other bytes over a taken key, response lost: %v, want ErrExist", err)
+	}
+	if got := readAll(t, b, "lease"); string(got) != "mine" {
+		t.Errorf("lease holds %q", got)
 	}
 }
