@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -193,4 +194,63 @@ func (s *stallWriter) Write(p []byte) (int, error) {
 		f.Flush()
 	}
 	return n, err
+}
+
+// TestUploadChecksums: with an endpoint, writes carry no checksum header
+// or trailer unless asked ("crc32"); with it, the store checks the CRC-32
+// of single PUTs and parts, over plain HTTP and over TLS (trailers), and
+// the bytes land right either way.
+func TestUploadChecksums(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{})
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	record := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPut {
+				mu.Lock()
+				seen[r.Header.Get("X-Amz-Checksum-Crc32")+r.Header.Get("X-Amz-Trailer")] = true
+				mu.Unlock()
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	target, _ := url.Parse(e.endpoint)
+	plain := httptest.NewServer(record(httputil.NewSingleHostReverseProxy(target)))
+	defer plain.Close()
+	tlsSrv := httptest.NewTLSServer(record(httputil.NewSingleHostReverseProxy(target)))
+	defer tlsSrv.Close()
+	data := patterned(11<<20+5, 8)
+	for _, c := range []struct {
+		ep, mode string
+		checked  bool
+	}{
+		{plain.URL, "", false}, {plain.URL, "off", false}, {plain.URL, "crc32", true}, {tlsSrv.URL, "crc32", true},
+	} {
+		mu.Lock()
+		clear(seen)
+		mu.Unlock()
+		opt := Options{Retry: fastRetry, UploadChecksums: c.mode, PartSize: 5 << 20, MultipartThreshold: 5 << 20}
+		if c.ep == tlsSrv.URL {
+			opt.tlsConfig = tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig
+		}
+		b := openURI(t, "s3://"+testBucket+"/ck/?endpoint="+c.ep, opt)
+		for _, n := range []int{1000, len(data)} {
+			if _, err := putAll(t.Context(), b, "f", data[:n]); err != nil {
+				t.Fatalf("%s %q: write %d bytes: %v", c.ep, c.mode, n, err)
+			}
+			if got := readAll(t, b, "f"); !bytes.Equal(got, data[:n]) {
+				t.Fatalf("%s %q: %d bytes read back, not the %d written", c.ep, c.mode, len(got), n)
+			}
+		}
+		mu.Lock()
+		checked := false
+		for k := range seen {
+			checked = checked || k != ""
+		}
+		mu.Unlock()
+		if checked != c.checked {
+			t.Errorf("%s %q: checksums sent %v (%v), want %v", c.ep, c.mode, checked, seen, c.checked)
+		}
+	}
 }

@@ -15,6 +15,7 @@ package s3
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,8 +69,19 @@ type Options struct {
 	// Concurrency is the number of parts of one write uploaded in parallel
 	// (default 4). A write buffers at most Concurrency+1 parts in memory.
 	Concurrency int
+	// UploadChecksums says whether writes carry a CRC-32 the store checks
+	// and keeps (x-amz-checksum-crc32, in a header or an aws-chunked
+	// trailer), and whole-object reads check the checksum the store kept:
+	// "crc32", "off", or "" for the default, crc32 on AWS and off with an
+	// Endpoint. Off, the body is still checked in transit (by
+	// the SigV4 payload hash over http, by TLS over https); what it spares
+	// is the aws-chunked trailer encoding the SDK uses over https, which
+	// S3-compatible stores older than the SDK's 2025 default refuse.
+	UploadChecksums string
 	// Retry bounds retries of every call.
 	Retry RetryOptions
+	// tlsConfig, in tests, trusts a test server's certificate.
+	tlsConfig *tls.Config
 	// ConnectTimeout bounds the first contact, in New (connecting and a
 	// first answer, retries included), and every TCP connect and TLS
 	// handshake after it (default DefaultConnectTimeout).
@@ -125,6 +137,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("S3 multipart threshold %d: want 0 to 5 GiB", o.MultipartThreshold)
 	case o.Concurrency < 1 || o.Concurrency > 256:
 		return o, fmt.Errorf("S3 upload concurrency %d: want 1 to 256", o.Concurrency)
+	case o.UploadChecksums != "" && o.UploadChecksums != "crc32" && o.UploadChecksums != "off":
+		return o, fmt.Errorf("S3 upload checksums %q: want crc32 or off", o.UploadChecksums)
 	}
 	o.Retry = o.Retry.withDefaults()
 	return o, nil
@@ -187,6 +201,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 			return &idleConn{Conn: c, timeout: opt.ResponseTimeout}, nil
 		},
 		TLSHandshakeTimeout:   opt.ConnectTimeout,
+		TLSClientConfig:       opt.tlsConfig,
 		ResponseHeaderTimeout: opt.ResponseTimeout,
 		ExpectContinueTimeout: time.Second,
 		MaxIdleConns:          256,
@@ -206,6 +221,14 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	}
 	if ep.url != "" {
 		so.BaseEndpoint = aws.String(ep.url)
+	}
+	// Set either way: left unset (s3.New, unlike NewFromConfig, resolves
+	// no default), the SDK would send no checksum at all.
+	so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenSupported
+	so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenSupported
+	if opt.UploadChecksums == "off" || opt.UploadChecksums == "" && ep.url != "" {
+		so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	}
 	prefix := strings.TrimPrefix(u.Path, "/")
 	idURI := backends.URI{Scheme: backends.SchemeS3, Bucket: u.Bucket, Path: u.Path, Endpoint: ep.host}

@@ -106,22 +106,29 @@ func TestConformanceStore(t *testing.T) {
 	}
 	createBucket(t, ep, bucket)
 	run := time.Now().UnixNano()
-	n := 0
-	var mu sync.Mutex
-	backendtest.RunOptions(t, func(t *testing.T) backends.Backend {
-		mu.Lock()
-		n++
-		prefix := fmt.Sprintf("conformance-%d/%d/", run, n)
-		mu.Unlock()
-		b := openURI(t, "s3://"+bucket+"/"+prefix+"?endpoint="+ep, Options{})
-		t.Cleanup(func() { purge(t, b) })
-		return b
-	}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
-	t.Run("WriteExclusiveRace", func(t *testing.T) {
-		b := openURI(t, fmt.Sprintf("s3://%s/conformance-%d/race/?endpoint=%s", bucket, run, ep), Options{})
-		t.Cleanup(func() { purge(t, b) })
-		raceExclusive(t, b, 8)
-	})
+	// The default (no upload checksums with an endpoint) and CRC-32 on
+	// every write, which newer stores check and older ones refuse.
+	for _, mode := range []string{"off", "crc32"} {
+		t.Run(mode, func(t *testing.T) {
+			n := 0
+			var mu sync.Mutex
+			opt := Options{UploadChecksums: mode}
+			backendtest.RunOptions(t, func(t *testing.T) backends.Backend {
+				mu.Lock()
+				n++
+				prefix := fmt.Sprintf("conformance-%d/%s/%d/", run, mode, n)
+				mu.Unlock()
+				b := openURI(t, "s3://"+bucket+"/"+prefix+"?endpoint="+ep, opt)
+				t.Cleanup(func() { purge(t, b) })
+				return b
+			}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
+			t.Run("WriteExclusiveRace", func(t *testing.T) {
+				b := openURI(t, fmt.Sprintf("s3://%s/conformance-%d/%s/race/?endpoint=%s", bucket, run, mode, ep), opt)
+				t.Cleanup(func() { purge(t, b) })
+				raceExclusive(t, b, 8)
+			})
+		})
+	}
 }
 
 // createBucket creates bucket at the store ep unless it exists.
