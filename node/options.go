@@ -271,7 +271,7 @@ func Table() []Option {
 
 		// The shared cache tier (cluster-wide; see docs/SHARED-CACHE.md).
 		{Name: "shared-cache", Group: GroupCache, Scope: ScopeMount, Kind: "string",
-			Help: `shared block-cache tier between the disk cache and the source, a directory on a store every node reaches (e.g. oss://cache-bucket/mlfsd/ on an in-region or OSS accelerator bucket, nas:///mnt/shared/mlfsd-cache/; "" for none)`,
+			Help: `shared block-cache tier between the disk cache and the source, a directory on a store every node reaches (e.g. oss://cache-bucket/mlfsd/ on an in-region or OSS accelerator bucket, s3://cache/mlfsd/?endpoint=http://minio:9000 on an in-cluster MinIO, nas:///mnt/shared/mlfsd-cache/; "" for none)`,
 			set: func(s *Settings, v string) error {
 				if v != "" {
 					u, err := backends.ParseURI(v)
