@@ -40,7 +40,7 @@ func TestParseAttributes(t *testing.T) {
 		want  string // the key the error must name
 	}{
 		{map[string]string{}, `"uri"`},
-		{map[string]string{"uri": "s3://bkt/x/"}, `"uri"`},
+		{map[string]string{"uri": "gs://bkt/x/"}, `"uri"`},
 		{map[string]string{"uri": "oss://bkt/x/", "mode": "rw"}, `"mode"`},
 		{map[string]string{"uri": "oss://bkt/x.bin", "mode": "output"}, `"uri"`},
 		{map[string]string{"uri": "oss://bkt/x/", "upload-concurrency": "0"}, `"upload-concurrency"`},
@@ -48,7 +48,7 @@ func TestParseAttributes(t *testing.T) {
 		{map[string]string{"uri": "oss://bkt/x/", "cache-memory": "1GiB"}, `"cache-memory"`},
 		{map[string]string{"uri": "oss://bkt/x/", "cahce-dir": "/x"}, `"cahce-dir"`},
 		{map[string]string{"uri": "oss://bkt/x/", AttrSharedCache: "oss://cache/one-object"}, `"shared-cache"`},
-		{map[string]string{"uri": "oss://bkt/x/", AttrSharedCache: "s3://cache/x/"}, `"shared-cache"`},
+		{map[string]string{"uri": "oss://bkt/x/", AttrSharedCache: "gs://cache/x/"}, `"shared-cache"`},
 		{map[string]string{"uri": "oss://bkt/x/", AttrSharedCacheSize: "big"}, `"shared-cache-size"`},
 	} {
 		_, err := parseAttributes(c.attrs)

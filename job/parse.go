@@ -304,7 +304,7 @@ func (ps *parser) channels(field string, n *yaml.Node) []namedURI {
 		f := field + "." + k.Value
 		ps.at(f, k)
 		if v.Kind != yaml.ScalarNode || v.Tag == "!!null" || v.Value == "" {
-			ps.addf(f, "want a URI (oss://, hdfs://, nas:// or file://)")
+			ps.addf(f, "want a URI (oss://, s3://, hdfs://, nas:// or file://)")
 			continue
 		}
 		out = append(out, namedURI{k.Value, v.Value})

@@ -66,7 +66,7 @@ type Options struct {
 
 // MountRequest asks for one mount.
 type MountRequest struct {
-	// URI is the channel: oss://, hdfs://, nas:// or file://. An output
+	// URI is the channel: oss://, s3://, hdfs://, nas:// or file://. An output
 	// must be a directory URI (ending in '/').
 	URI string
 	// Target is the mountpoint: an existing empty directory.

@@ -145,7 +145,7 @@ func TestMountRequestsRefusedCleanly(t *testing.T) {
 	}{
 		{MountRequest{URI: "nas://" + src + "/", ReadOnly: true}, "target"},
 		{MountRequest{URI: "nas://" + src + "/", Target: filepath.Join(fresh, "missing"), ReadOnly: true}, "does not exist"},
-		{MountRequest{URI: "s3://bucket/x/", Target: fresh, ReadOnly: true}, "scheme"},
+		{MountRequest{URI: "gs://bucket/x/", Target: fresh, ReadOnly: true}, "scheme"},
 		{MountRequest{URI: "nas://" + src + "/", Target: fresh, ReadOnly: true, Options: map[string]string{"oss-part-size": "0"}}, "--oss-part-size"},
 		{MountRequest{URI: "nas://" + src + "/", Target: fresh, ReadOnly: true, Options: map[string]string{"cache-memory": "1GiB"}}, "node-wide"},
 		{MountRequest{URI: "nas://" + src + "/nope/", Target: fresh, ReadOnly: true}, "does not exist"},

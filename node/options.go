@@ -271,7 +271,7 @@ func Table() []Option {
 
 		// The shared cache tier (cluster-wide; see docs/SHARED-CACHE.md).
 		{Name: "shared-cache", Group: GroupCache, Scope: ScopeMount, Kind: "string",
-			Help: `shared block-cache tier between the disk cache and the source, a directory on a store every node reaches (e.g. oss://cache-bucket/mlfsd/ on an in-region or OSS accelerator bucket, nas:///mnt/shared/mlfsd-cache/; "" for none)`,
+			Help: `shared block-cache tier between the disk cache and the source, a directory on a store every node reaches (e.g. oss://cache-bucket/mlfsd/ on an in-region or OSS accelerator bucket, s3://cache/mlfsd/?endpoint=http://minio:9000 on an in-cluster MinIO, nas:///mnt/shared/mlfsd-cache/; "" for none)`,
 			set: func(s *Settings, v string) error {
 				if v != "" {
 					u, err := backends.ParseURI(v)
@@ -338,6 +338,16 @@ func Table() []Option {
 				return nil
 			},
 			get: func(s *Settings) string { return s.Backend.S3.PathStyle }},
+		{Name: "s3-upload-checksums", Group: GroupS3, Scope: ScopeMount, Kind: "string",
+			Help: `CRC-32 on S3 writes, kept by the store: "crc32", "off", or "" (crc32 on AWS, off with an endpoint: older S3-compatible stores refuse the SDK's checksum trailers; the body is still checked in transit)`,
+			set: func(s *Settings, v string) error {
+				if v != "" && v != "crc32" && v != "off" {
+					return fmt.Errorf(`want crc32, off or ""`)
+				}
+				s.Backend.S3.UploadChecksums = v
+				return nil
+			},
+			get: func(s *Settings) string { return s.Backend.S3.UploadChecksums }},
 		strOpt("s3-credentials-file", GroupS3, ScopeNode, "",
 			"AWS shared credentials file (profile $AWS_PROFILE or default) or AWS_ACCESS_KEY_ID=... lines, mode 0600; default: the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN environment",
 			func(s *Settings) *string { return &s.Backend.S3.CredentialsFile }),

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/smithy-go"
+
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
@@ -180,5 +182,17 @@ func TestConnectTimeout(t *testing.T) {
 	_, err = New(ctx, u, Options{Retry: fastRetry, ConnectTimeout: 300 * time.Millisecond}, nil)
 	if !errors.Is(err, backends.ErrTransient) || !strings.Contains(err.Error(), l.Addr().String()) || !strings.Contains(err.Error(), "did not answer") {
 		t.Errorf("silent endpoint: %v", err)
+	}
+}
+
+// TestRegionErrors: a request signed for the wrong region, or a bucket of
+// another region, says to set the region.
+func TestRegionErrors(t *testing.T) {
+	b := &Backend{bucket: "bkt", ep: endpoint{url: "http://minio:9000", region: "us-east-1"}}
+	for _, code := range []string{"AuthorizationHeaderMalformed", "PermanentRedirect"} {
+		err := b.wrapErr("stat", "k", &smithy.GenericAPIError{Code: code, Message: "wrong region"})
+		if !errors.Is(err, backends.ErrInvalid) || !strings.Contains(err.Error(), "region=") || !strings.Contains(err.Error(), "us-east-1") {
+			t.Errorf("%s: %v", code, err)
+		}
 	}
 }

@@ -7,6 +7,15 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,5 +124,133 @@ func TestFaultsOutlastRetries(t *testing.T) {
 	}
 	if got := e.srv.Stats()["fault.503"]; got < 6 {
 		t.Errorf("%d requests reached the store, want 3 tries of each call", got)
+	}
+}
+
+// TestStalledBody: a store that sends part of a body and then nothing
+// fails the read within the response timeout (after the reader's retries,
+// each resuming where the last stopped), rather than holding it forever;
+// a store that recovers meanwhile serves the rest, and the bytes are right.
+func TestStalledBody(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{})
+	data := patterned(4<<20, 11)
+	if err := os.WriteFile(filepath.Join(e.root, testBucket, "f"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := url.Parse(e.endpoint)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var stalls, after atomic.Int32
+	stalls.Store(2)
+	after.Store(1 << 20)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/f") && stalls.Add(-1) >= 0 {
+			// Headers and some of the body, then silence until the
+			// client gives up.
+			proxy.ServeHTTP(&stallWriter{ResponseWriter: w, left: int(after.Load()), done: r.Context().Done()}, r)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	b := openURI(t, "s3://"+testBucket+"/?endpoint="+front.URL, Options{Retry: fastRetry, ResponseTimeout: 300 * time.Millisecond})
+	start := time.Now()
+	if got := readAll(t, b, "f"); !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes through two stalls, not the %d stored", len(got), len(data))
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("two stalls of a 300ms timeout took %v", d)
+	}
+	// A store that never sends a byte of body: the read fails, transient.
+	// (One that sends some each time is making progress, and is waited for.)
+	stalls.Store(1000)
+	after.Store(0)
+	r, err := b.Read(t.Context(), "f", backends.ReadOptions{Length: -1})
+	if err == nil {
+		_, err = io.ReadAll(r)
+		r.Close()
+	}
+	if !errors.Is(err, backends.ErrTransient) {
+		t.Errorf("read from a store that always stalls: %v, want ErrTransient", err)
+	}
+}
+
+// stallWriter passes left bytes of a body and then blocks until done.
+type stallWriter struct {
+	http.ResponseWriter
+	left int
+	done <-chan struct{}
+}
+
+func (s *stallWriter) Write(p []byte) (int, error) {
+	if s.left <= 0 {
+		<-s.done
+		return 0, errors.New("client gone")
+	}
+	n := min(len(p), s.left)
+	s.left -= n
+	n, err := s.ResponseWriter.Write(p[:n])
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+	return n, err
+}
+
+// TestUploadChecksums: with an endpoint, writes carry no checksum header
+// or trailer unless asked ("crc32"); with it, the store checks the CRC-32
+// of single PUTs and parts, over plain HTTP and over TLS (trailers), and
+// the bytes land right either way.
+func TestUploadChecksums(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{})
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	record := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPut {
+				mu.Lock()
+				seen[r.Header.Get("X-Amz-Checksum-Crc32")+r.Header.Get("X-Amz-Trailer")] = true
+				mu.Unlock()
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	target, _ := url.Parse(e.endpoint)
+	plain := httptest.NewServer(record(httputil.NewSingleHostReverseProxy(target)))
+	defer plain.Close()
+	tlsSrv := httptest.NewTLSServer(record(httputil.NewSingleHostReverseProxy(target)))
+	defer tlsSrv.Close()
+	data := patterned(11<<20+5, 8)
+	for _, c := range []struct {
+		ep, mode string
+		checked  bool
+	}{
+		{plain.URL, "", false}, {plain.URL, "off", false}, {plain.URL, "crc32", true}, {tlsSrv.URL, "crc32", true},
+	} {
+		mu.Lock()
+		clear(seen)
+		mu.Unlock()
+		opt := Options{Retry: fastRetry, UploadChecksums: c.mode, PartSize: 5 << 20, MultipartThreshold: 5 << 20}
+		if c.ep == tlsSrv.URL {
+			opt.tlsConfig = tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig
+		}
+		b := openURI(t, "s3://"+testBucket+"/ck/?endpoint="+c.ep, opt)
+		for _, n := range []int{1000, len(data)} {
+			if _, err := putAll(t.Context(), b, "f", data[:n]); err != nil {
+				t.Fatalf("%s %q: write %d bytes: %v", c.ep, c.mode, n, err)
+			}
+			if got := readAll(t, b, "f"); !bytes.Equal(got, data[:n]) {
+				t.Fatalf("%s %q: %d bytes read back, not the %d written", c.ep, c.mode, len(got), n)
+			}
+		}
+		mu.Lock()
+		checked := false
+		for k := range seen {
+			checked = checked || k != ""
+		}
+		mu.Unlock()
+		if checked != c.checked {
+			t.Errorf("%s %q: checksums sent %v (%v), want %v", c.ep, c.mode, checked, seen, c.checked)
+		}
 	}
 }

@@ -132,9 +132,20 @@ func statusOf(err error) (int, string) {
 	return st, code
 }
 
-// isTransient classifies an error as worth retrying.
+// isTransient classifies an error as worth retrying. The transport's own
+// timeouts (no response headers in time, a connection idle past
+// ResponseTimeout) are; they also match context.DeadlineExceeded, as the
+// caller's deadline does, which the retrier tells apart by looking at the
+// caller's context.
 func isTransient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var timeout net.Error
+	if errors.As(err, &timeout) && timeout.Timeout() {
+		return true
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	st, code := statusOf(err)
@@ -179,10 +190,13 @@ func (b *Backend) wrapErr(op, key string, err error) error {
 	}
 	st, code := statusOf(err)
 	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded) && !isTransient(err):
 		return backends.Wrap(op, key, nil, err)
 	case code == "NoSuchBucket":
 		return backends.Wrap(op, key, backends.ErrNotExist, fmt.Errorf("bucket %q does not exist at %s (check the bucket in the URI and the endpoint: endpoint= in the URI, --s3-endpoint or AWS_ENDPOINT_URL): %w", b.bucket, b.where(), err))
+	case code == "AuthorizationHeaderMalformed" || code == "PermanentRedirect" || st == http.StatusMovedPermanently:
+		// Signed for the wrong region, or a bucket of another region.
+		return backends.Wrap(op, key, backends.ErrInvalid, fmt.Errorf("bucket %q at %s is not in region %s: set region= in the URI, --s3-region or AWS_REGION: %w", b.bucket, b.where(), b.ep.region, err))
 	case st == http.StatusForbidden || st == http.StatusUnauthorized:
 		return backends.Wrap(op, key, backends.ErrPermission, fmt.Errorf("S3 refused access to bucket %q at %s (%s): check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or the credentials file, the region, and that this key may access the bucket: %w", b.bucket, b.where(), code, err))
 	case st == http.StatusNotFound:

@@ -15,6 +15,7 @@ package s3
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,15 +69,28 @@ type Options struct {
 	// Concurrency is the number of parts of one write uploaded in parallel
 	// (default 4). A write buffers at most Concurrency+1 parts in memory.
 	Concurrency int
+	// UploadChecksums says whether writes carry a CRC-32 the store checks
+	// and keeps (x-amz-checksum-crc32, in a header or an aws-chunked
+	// trailer), and whole-object reads check the checksum the store kept:
+	// "crc32", "off", or "" for the default, crc32 on AWS and off with an
+	// Endpoint. Off, the body is still checked in transit (by
+	// the SigV4 payload hash over http, by TLS over https); what it spares
+	// is the aws-chunked trailer encoding the SDK uses over https, which
+	// S3-compatible stores older than the SDK's 2025 default refuse.
+	UploadChecksums string
 	// Retry bounds retries of every call.
 	Retry RetryOptions
+	// tlsConfig, in tests, trusts a test server's certificate.
+	tlsConfig *tls.Config
 	// ConnectTimeout bounds the first contact, in New (connecting and a
 	// first answer, retries included), and every TCP connect and TLS
 	// handshake after it (default DefaultConnectTimeout).
 	ConnectTimeout time.Duration
 	// ResponseTimeout bounds the wait for a response's headers once a
-	// request is sent (default DefaultResponseTimeout); a store that stops
-	// answering is retried instead of holding a reader forever.
+	// request is sent, and any read or write on a connection that makes no
+	// progress (default DefaultResponseTimeout): a store that stops
+	// answering, even in the middle of a body, is retried instead of
+	// holding a reader forever.
 	ResponseTimeout time.Duration
 }
 
@@ -123,6 +137,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("S3 multipart threshold %d: want 0 to 5 GiB", o.MultipartThreshold)
 	case o.Concurrency < 1 || o.Concurrency > 256:
 		return o, fmt.Errorf("S3 upload concurrency %d: want 1 to 256", o.Concurrency)
+	case o.UploadChecksums != "" && o.UploadChecksums != "crc32" && o.UploadChecksums != "off":
+		return o, fmt.Errorf("S3 upload checksums %q: want crc32 or off", o.UploadChecksums)
 	}
 	o.Retry = o.Retry.withDefaults()
 	return o, nil
@@ -138,6 +154,9 @@ type Backend struct {
 	opt    Options
 	log    *slog.Logger
 	cond   conditional
+	// copyLimit: larger objects are copied in parts (CopyObject's 5 GiB;
+	// tests lower it).
+	copyLimit int64
 }
 
 var (
@@ -173,9 +192,16 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	}
 	dialer := &net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}
 	hc := &http.Client{Transport: &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dialer.DialContext,
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &idleConn{Conn: c, timeout: opt.ResponseTimeout}, nil
+		},
 		TLSHandshakeTimeout:   opt.ConnectTimeout,
+		TLSClientConfig:       opt.tlsConfig,
 		ResponseHeaderTimeout: opt.ResponseTimeout,
 		ExpectContinueTimeout: time.Second,
 		MaxIdleConns:          256,
@@ -196,9 +222,17 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if ep.url != "" {
 		so.BaseEndpoint = aws.String(ep.url)
 	}
+	// Set either way: left unset (s3.New, unlike NewFromConfig, resolves
+	// no default), the SDK would send no checksum at all.
+	so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenSupported
+	so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenSupported
+	if opt.UploadChecksums == "off" || opt.UploadChecksums == "" && ep.url != "" {
+		so.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		so.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	}
 	prefix := strings.TrimPrefix(u.Path, "/")
 	idURI := backends.URI{Scheme: backends.SchemeS3, Bucket: u.Bucket, Path: u.Path, Endpoint: ep.host}
-	b := &Backend{client: s3.New(so), bucket: u.Bucket, prefix: prefix, id: idURI.String(), ep: ep, opt: opt, log: log}
+	b := &Backend{client: s3.New(so), bucket: u.Bucket, prefix: prefix, id: idURI.String(), ep: ep, opt: opt, log: log, copyLimit: maxPartSize}
 	// Probe: one listing of the prefix proves bucket, endpoint and key.
 	// It is the first contact, bounded by ConnectTimeout.
 	probeCtx, cancel := context.WithTimeout(ctx, opt.ConnectTimeout)
@@ -212,6 +246,28 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	}
 	log.Debug("s3 backend opened", "uri", b.id, "path_style", ep.pathStyle, "region", ep.region)
 	return b, nil
+}
+
+// idleConn fails a read or write that makes no progress for timeout: a
+// store that stops sending in the middle of a body would otherwise hold a
+// reader forever (the transport bounds only the wait for headers). The
+// failed read is then resumed, like any cut body, by the reader's retries.
+type idleConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
+	return c.Conn.Read(p)
+}
+
+// Write pushes the read deadline too: while a body goes up, the
+// transport's reader waits for the response, and the wait counts from the
+// last byte sent (as ResponseHeaderTimeout does), not from the first.
+func (c *idleConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetDeadline(time.Now().Add(c.timeout))
+	return c.Conn.Write(p)
 }
 
 // ID implements backends.Backend: the bucket, prefix and endpoint host.
@@ -407,7 +463,7 @@ func (b *Backend) Copy(ctx context.Context, from, to string) (backends.ObjectInf
 		return backends.ObjectInfo{}, backends.Wrap("copy", from, backends.ErrIsDir, nil)
 	}
 	source := copySource(b.bucket, b.object(from))
-	if src.Size > maxPartSize {
+	if src.Size > b.copyLimit {
 		return b.copyParts(ctx, from, to, source, src)
 	}
 	err = b.retry(ctx, func() error {

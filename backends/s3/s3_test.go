@@ -6,9 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,22 +106,29 @@ func TestConformanceStore(t *testing.T) {
 	}
 	createBucket(t, ep, bucket)
 	run := time.Now().UnixNano()
-	n := 0
-	var mu sync.Mutex
-	backendtest.RunOptions(t, func(t *testing.T) backends.Backend {
-		mu.Lock()
-		n++
-		prefix := fmt.Sprintf("conformance-%d/%d/", run, n)
-		mu.Unlock()
-		b := openURI(t, "s3://"+bucket+"/"+prefix+"?endpoint="+ep, Options{})
-		t.Cleanup(func() { purge(t, b) })
-		return b
-	}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
-	t.Run("WriteExclusiveRace", func(t *testing.T) {
-		b := openURI(t, fmt.Sprintf("s3://%s/conformance-%d/race/?endpoint=%s", bucket, run, ep), Options{})
-		t.Cleanup(func() { purge(t, b) })
-		raceExclusive(t, b, 8)
-	})
+	// The default (no upload checksums with an endpoint) and CRC-32 on
+	// every write, which newer stores check and older ones refuse.
+	for _, mode := range []string{"off", "crc32"} {
+		t.Run(mode, func(t *testing.T) {
+			n := 0
+			var mu sync.Mutex
+			opt := Options{UploadChecksums: mode}
+			backendtest.RunOptions(t, func(t *testing.T) backends.Backend {
+				mu.Lock()
+				n++
+				prefix := fmt.Sprintf("conformance-%d/%s/%d/", run, mode, n)
+				mu.Unlock()
+				b := openURI(t, "s3://"+bucket+"/"+prefix+"?endpoint="+ep, opt)
+				t.Cleanup(func() { purge(t, b) })
+				return b
+			}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
+			t.Run("WriteExclusiveRace", func(t *testing.T) {
+				b := openURI(t, fmt.Sprintf("s3://%s/conformance-%d/%s/race/?endpoint=%s", bucket, run, mode, ep), opt)
+				t.Cleanup(func() { purge(t, b) })
+				raceExclusive(t, b, 8)
+			})
+		})
+	}
 }
 
 // createBucket creates bucket at the store ep unless it exists.
@@ -250,5 +263,121 @@ func TestWriteExclusiveRace(t *testing.T) {
 	}
 	if st := e.srv.Stats(); st["PutObject"] == 0 {
 		t.Errorf("no PutObject reached the emulator: %v", st)
+	}
+}
+
+// TestCopyInParts: an object larger than one CopyObject takes is copied
+// with UploadPartCopy parts, server-side, byte for byte; a missing source
+// is ErrNotExist.
+func TestCopyInParts(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{})
+	b := openURI(t, "s3://"+testBucket+"/c/?endpoint="+e.endpoint, Options{Retry: fastRetry, PartSize: 5 << 20})
+	b.copyLimit = 6 << 20
+	data := patterned(11<<20+17, 3)
+	w, err := b.Write(t.Context(), "src", backends.WriteOptions{SizeHint: int64(len(data))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(data)
+	if _, err := w.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.Copy(t.Context(), "src", "dst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Key != "dst" || info.Size != int64(len(data)) {
+		t.Errorf("Copy reported %+v", info)
+	}
+	if got := readAll(t, b, "dst"); !bytes.Equal(got, data) {
+		t.Errorf("the copy holds %d bytes, not the source's %d", len(got), len(data))
+	}
+	if n := e.srv.Stats()["UploadPartCopy"]; n != 3 {
+		t.Errorf("%d UploadPartCopy requests, want 3 parts of at most 5 MiB", n)
+	}
+	if _, err := b.Copy(t.Context(), "nosuch", "x"); !errors.Is(err, backends.ErrNotExist) {
+		t.Errorf("copy of a missing object: %v", err)
+	}
+}
+
+// proxyEmu serves the emulator through handler, which gets the emulator's
+// own handler to forward to.
+func proxyEmu(t *testing.T, e *emu, handler func(next http.Handler) http.Handler) string {
+	t.Helper()
+	target, _ := url.Parse(e.endpoint)
+	front := httptest.NewServer(handler(httputil.NewSingleHostReverseProxy(target)))
+	t.Cleanup(front.Close)
+	return front.URL
+}
+
+// TestWriteExclusiveWhereIgnored: on a store that ignores If-None-Match
+// (here a proxy drops the header), WriteExclusive fails with
+// ErrUnsupported rather than letting every racer win, and leaves no probe
+// object behind.
+func TestWriteExclusiveWhereIgnored(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{Anonymous: true})
+	ep := proxyEmu(t, e, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			r.Header.Del("If-None-Match")
+			next.ServeHTTP(w, r)
+		})
+	})
+	b := openURI(t, "s3://"+testBucket+"/x/?endpoint="+ep, Options{Retry: fastRetry})
+	for range 2 { // the verdict is remembered
+		if _, err := b.WriteExclusive(t.Context(), "lease", []byte("a")); !errors.Is(err, backends.ErrUnsupported) {
+			t.Fatalf("WriteExclusive where If-None-Match is ignored: %v, want ErrUnsupported", err)
+		}
+	}
+	p, err := b.List(t.Context(), backends.ListOptions{Recursive: true})
+	if err != nil || len(p.Objects) != 0 {
+		t.Errorf("left behind: %+v, %v", p.Objects, err)
+	}
+	if n := e.srv.Stats()["PutObject"]; n != 2 {
+		t.Errorf("%d PUTs, want the probe's two only", n)
+	}
+}
+
+// TestWriteExclusiveLostResponse: a conditional PUT that takes effect but
+// whose response is lost is retried; the retry's 412 is recognised as the
+// caller's own object (same bytes), so the caller wins, once; a racer that
+// wrote other bytes meanwhile is not mistaken for us.
+func TestWriteExclusiveLostResponse(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{Anonymous: true})
+	var lose atomic.Int32
+	ep := proxyEmu(t, e, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPut && r.Header.Get("If-None-Match") != "" && !strings.Contains(r.URL.Path, "probe") && lose.Add(-1) >= 0 {
+				// Forward, then cut the connection instead of answering.
+				next.ServeHTTP(httptest.NewRecorder(), r)
+				c, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					c.Close()
+				}
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	b := openURI(t, "s3://"+testBucket+"/x/?endpoint="+ep, Options{Retry: fastRetry})
+	lose.Store(1)
+	info, err := b.WriteExclusive(t.Context(), "lease", []byte("mine"))
+	if err != nil {
+		t.Fatalf("WriteExclusive whose first response was lost: %v", err)
+	}
+	if st, err := b.Stat(t.Context(), "lease"); err != nil || st.Version != info.Version {
+		t.Errorf("Stat = %+v, %v; WriteExclusive said %+v", st, err, info)
+	}
+	if _, err := b.WriteExclusive(t.Context(), "lease", []byte("mine")); !errors.Is(err, backends.ErrExist) {
+		t.Errorf("a second WriteExclusive of the same bytes, no response lost: %v, want ErrExist", err)
+	}
+	lose.Store(1)
+	if _, err := b.WriteExclusive(t.Context(), "lease", []byte("other")); !errors.Is(err, backends.ErrExist) {
+		t.Errorf("WriteExclusive of other bytes over a taken key, response lost: %v, want ErrExist", err)
+	}
+	if got := readAll(t, b, "lease"); string(got) != "mine" {
+		t.Errorf("lease holds %q", got)
 	}
 }

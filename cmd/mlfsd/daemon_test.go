@@ -324,7 +324,7 @@ func TestDaemonRefusesBadRequests(t *testing.T) {
 	}{
 		{[]string{"mount", "--daemon", d.socket, "nas://" + src + "/", mnt}, "already mounted"},
 		{[]string{"mount", "--daemon", d.socket, "--read-only", "nas://" + src + "/", filepath.Join(tmp, "missing")}, "does not exist"},
-		{[]string{"mount", "--daemon", d.socket, "--read-only", "s3://bucket/x/", fresh}, "scheme"},
+		{[]string{"mount", "--daemon", d.socket, "--read-only", "gs://bucket/x/", fresh}, "scheme"},
 		{[]string{"mount", "--daemon", d.socket, "--read-only", "--cache-memory", "1GiB", "nas://" + src + "/", fresh}, "node-wide"},
 		{[]string{"mount", "--daemon", d.socket, "--read-only", "--oss-part-size", "0", "nas://" + src + "/", fresh}, `"0"`},
 		{[]string{"umount", "--daemon", d.socket, fresh}, "not mounted"},

@@ -101,12 +101,12 @@ func TestEnvDotenvMatchesJSON(t *testing.T) {
 }
 
 func TestEnvErrors(t *testing.T) {
-	bad := writeSpec(t, "name: x\ncomand: train\ninputs:\n  a b: s3://x/\n")
+	bad := writeSpec(t, "name: x\ncomand: train\ninputs:\n  a b: gs://x/\n")
 	cases := []struct {
 		args []string
 		want []string
 	}{
-		{[]string{"env", "--spec", bad}, []string{"line 2: comand: unknown key", `line 4: inputs.a b: invalid channel name "a b"`, `inputs.a b: URI "s3://x/": unknown scheme "s3"`}},
+		{[]string{"env", "--spec", bad}, []string{"line 2: comand: unknown key", `line 4: inputs.a b: invalid channel name "a b"`, `inputs.a b: URI "gs://x/": unknown scheme "gs"`}},
 		{[]string{"env"}, []string{"--spec is required"}},
 		{[]string{"env", "--spec", filepath.Join(t.TempDir(), "none.yaml")}, []string{"no such file"}},
 		{[]string{"env", "--spec", writeSpec(t, "name: x\n"), "--format", "xml"}, []string{"--format: want shell, dotenv or json"}},

@@ -20,7 +20,7 @@ func newMountCmd(a *app) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "mount [--read-only] SOURCE_URI MOUNTPOINT",
 		Short: "Mount a channel URI at a mountpoint, in the foreground",
-		Long: `Mount SOURCE_URI (oss://, hdfs://, nas:// or file://) at MOUNTPOINT and serve it
+		Long: `Mount SOURCE_URI (oss://, s3://, hdfs://, nas:// or file://) at MOUNTPOINT and serve it
 until SIGINT or SIGTERM, then unmount cleanly.
 
 With --read-only it is an input channel: an immutable, cached snapshot.

@@ -57,7 +57,7 @@ func TestMountRefusesBadInput(t *testing.T) {
 	}{
 		{[]string{"mount", "--read-only", "nas://" + src + "/", filepath.Join(src, "missing")}, "does not exist"},
 		{[]string{"mount", "--read-only", "nas://" + src + "/", full}, "not empty"},
-		{[]string{"mount", "--read-only", "s3://bucket/x/", t.TempDir()}, "unknown scheme"},
+		{[]string{"mount", "--read-only", "gs://bucket/x/", t.TempDir()}, "unknown scheme"},
 		{[]string{"mount", "--read-only", "nas://" + src + "/nope/", t.TempDir()}, "does not exist"},
 		{[]string{"mount", "--read-only", "nas://" + src + "/"}, "accepts 2 arg"},
 	}

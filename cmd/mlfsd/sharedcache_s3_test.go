@@ -2,12 +2,18 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
@@ -23,7 +29,17 @@ import (
 // --s3-credentials-file. Node 1 reads the dataset cold through a real FUSE
 // mount and fills the tier; node 2, with its own empty cache, reads it for
 // at most 5% of the dataset in source bytes, every byte right.
+//
+// With MLFSD_TEST_S3_ENDPOINT set (and that store's key in AWS_ACCESS_KEY_ID
+// and AWS_SECRET_ACCESS_KEY), the tier is a prefix of bucket mlfsd-test on
+// that store instead (a MinIO, say), created if missing.
 func TestSharedCacheOnS3(t *testing.T) {
+	external := os.Getenv("MLFSD_TEST_S3_ENDPOINT")
+	tierKey, tierSecret := ossemutest.AccessKeyID, ossemutest.AccessKeySecret
+	if external != "" {
+		tierKey, tierSecret = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+		createTestBucket(t, external, "mlfsd-test", tierKey, tierSecret)
+	}
 	srcRoot, tierRoot := t.TempDir(), t.TempDir()
 	data := filepath.Join(srcRoot, "bkt", "data")
 	os.MkdirAll(filepath.Join(data, "imgs"), 0o755)
@@ -44,7 +60,6 @@ func TestSharedCacheOnS3(t *testing.T) {
 	}
 	const srcKey, srcSecret = "AKSOURCE", "source-secret-0123456789"
 	_, endpoint := ossemutest.Start(t, srcRoot, ossemu.Options{TTFB: 2 * time.Millisecond, AccessKeyID: srcKey, AccessKeySecret: srcSecret})
-	tier := startSharedEmulator(t, tierRoot)
 	// One credentials file: the default profile reaches the source, the
 	// [tier] profile the tier. Nothing in the environment.
 	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE"} {
@@ -52,14 +67,22 @@ func TestSharedCacheOnS3(t *testing.T) {
 	}
 	credFile := filepath.Join(t.TempDir(), "s3-credentials")
 	cred := fmt.Sprintf("[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n\n[tier]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
-		srcKey, srcSecret, ossemutest.AccessKeyID, ossemutest.AccessKeySecret)
+		srcKey, srcSecret, tierKey, tierSecret)
 	if err := os.WriteFile(credFile, []byte(cred), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tierURI := "s3://tier/mlfsd/?endpoint=http://" + tier.addr + "&profile=tier"
-	// The tier's metrics are labelled with its backend's ID: the bucket,
-	// prefix and endpoint host.
-	tierID := backends.URI{Scheme: backends.SchemeS3, Bucket: "tier", Path: "/mlfsd/", Endpoint: tier.addr}.String()
+	tierURI := ""
+	var tierID string // its metrics' label: the backend's ID (bucket, prefix, endpoint host)
+	if external == "" {
+		tier := startSharedEmulator(t, tierRoot)
+		tierURI = "s3://tier/mlfsd/?endpoint=http://" + tier.addr + "&profile=tier"
+		tierID = backends.URI{Scheme: backends.SchemeS3, Bucket: "tier", Path: "/mlfsd/", Endpoint: tier.addr}.String()
+	} else {
+		prefix := fmt.Sprintf("/sharedcache-%d/", time.Now().UnixNano())
+		host := strings.ToLower(strings.TrimSuffix(external[strings.Index(external, "://")+3:], "/"))
+		tierURI = "s3://mlfsd-test" + prefix + "?endpoint=" + external + "&profile=tier"
+		tierID = backends.URI{Scheme: backends.SchemeS3, Bucket: "mlfsd-test", Path: prefix, Endpoint: host}.String()
+	}
 	srcURI := "s3://bkt/data/?endpoint=" + endpoint
 
 	startNode := func() (*nodeDaemon, string) {
@@ -108,7 +131,7 @@ func TestSharedCacheOnS3(t *testing.T) {
 		}
 		return nil
 	})
-	if objects == 0 {
+	if objects == 0 && external == "" {
 		t.Errorf("the shared tier holds no objects under tier/mlfsd/")
 	}
 
@@ -126,8 +149,20 @@ func TestSharedCacheOnS3(t *testing.T) {
 		d.stop(t)
 	}
 	for _, d := range []*nodeDaemon{n1, n2} {
-		if log := d.stderr.String(); strings.Contains(log, ossemutest.AccessKeySecret) || strings.Contains(log, srcSecret) {
+		if log := d.stderr.String(); strings.Contains(log, tierSecret) || strings.Contains(log, srcSecret) {
 			t.Error("a daemon logged an S3 secret key")
 		}
+	}
+}
+
+// createTestBucket creates bucket at the S3 store ep unless it exists.
+func createTestBucket(t *testing.T, ep, bucket, key, secret string) {
+	t.Helper()
+	c := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(ep), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(key, secret, "")})
+	_, err := c.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(bucket)})
+	var ae smithy.APIError
+	if err != nil && !(errors.As(err, &ae) && (ae.ErrorCode() == "BucketAlreadyOwnedByYou" || ae.ErrorCode() == "BucketAlreadyExists")) {
+		t.Fatalf("create bucket %s at %s: %v", bucket, ep, err)
 	}
 }

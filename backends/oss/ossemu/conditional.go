@@ -10,7 +10,7 @@ import (
 	"syscall"
 )
 
-// S3 conditional writes: a PUT or CompleteMultipartUpload with
+// S3 conditional writes: a PUT, CopyObject or CompleteMultipartUpload with
 // If-None-Match: * stores the object only if nothing is at its key yet;
 // otherwise 412 PreconditionFailed, and the object stays as it was. Of
 // racing writers the first to finish wins, as in S3: the check is the
@@ -41,7 +41,10 @@ func ifNoneMatch(r *http.Request, rc *reqCtx) (bool, error) {
 // publishIfAbsent is publish, except that it fails with
 // errPreconditionFailed when an object is at key: the temporary file is
 // hard-linked to the object's path, which fails if the path exists.
+// appendMu orders it with appends, which create objects under that lock.
 func (s *Server) publishIfAbsent(f *os.File, bucket, key string, m meta) (objInfo, error) {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
 	tmp := f.Name()
 	defer os.Remove(tmp)
 	fi, err := f.Stat()

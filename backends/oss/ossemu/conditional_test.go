@@ -40,7 +40,7 @@ func apiCode(err error) string {
 
 // TestS3IfNoneMatch: a PUT with If-None-Match: * stores a new key, and on
 // an existing key (an object or a directory marker) fails with 412
-// PreconditionFailed and leaves the object as it was; so does
+// PreconditionFailed and leaves the object as it was; so do CopyObject and
 // CompleteMultipartUpload, whose upload then stays open for an abort. Any
 // other If-None-Match on a write is refused with 501, not ignored. OSS
 // requests are not conditioned by it.
@@ -87,6 +87,19 @@ func TestS3IfNoneMatch(t *testing.T) {
 		t.Errorf("If-None-Match on a name that is a directory: %v, want the conflict a plain PUT gets", err)
 	}
 
+	// CopyObject takes the condition for its destination.
+	cp := func(dst string) error {
+		_, err := c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String(bucketName), Key: aws.String(dst),
+			CopySource: aws.String(bucketName + "/k"), IfNoneMatch: aws.String("*")})
+		return err
+	}
+	if err := cp("copy"); err != nil {
+		t.Errorf("conditional copy to a new key: %v", err)
+	}
+	if err := cp("copy"); apiCode(err) != "PreconditionFailed" {
+		t.Errorf("conditional copy to an existing key: %v, want PreconditionFailed", err)
+	}
+
 	// Multipart: the condition is checked at completion.
 	mp := func(key, inm string) (string, error) {
 		cu, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(bucketName), Key: aws.String(key)})
@@ -125,8 +138,8 @@ func TestS3IfNoneMatch(t *testing.T) {
 	if err := e.bucket.PutObject("k", strings.NewReader("oss"), alioss.SetHeader("If-None-Match", "*")); err != nil {
 		t.Errorf("OSS PUT with If-None-Match: %v", err)
 	}
-	if st := e.srv.Stats(); st["PreconditionFailed"] != 3 {
-		t.Errorf("PreconditionFailed count %d, want 3", st["PreconditionFailed"])
+	if st := e.srv.Stats(); st["PreconditionFailed"] != 4 {
+		t.Errorf("PreconditionFailed count %d, want 4", st["PreconditionFailed"])
 	}
 }
 
@@ -170,5 +183,40 @@ func TestS3IfNoneMatchRace(t *testing.T) {
 		if got, _ := os.ReadFile(e.path(key)); string(got) != fmt.Sprintf("writer %d", winner) {
 			t.Fatalf("round %d: object holds %q, winner was %d", round, got, winner)
 		}
+	}
+}
+
+// TestS3UploadPartCopyConditions: UploadPartCopy honours
+// x-amz-copy-source-if-match (412 on another version) and answers a
+// missing source with 404 NoSuchKey, as S3 does.
+func TestS3UploadPartCopyConditions(t *testing.T) {
+	e := start(t, ossemu.Options{})
+	c := s3Client(e)
+	ctx := t.Context()
+	put, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucketName), Key: aws.String("src"), Body: strings.NewReader("source bytes")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cu, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String(bucketName), Key: aws.String("dst")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyPart := func(src, ifMatch string) error {
+		in := &s3.UploadPartCopyInput{Bucket: aws.String(bucketName), Key: aws.String("dst"), UploadId: cu.UploadId,
+			PartNumber: aws.Int32(1), CopySource: aws.String(bucketName + "/" + src)}
+		if ifMatch != "" {
+			in.CopySourceIfMatch = aws.String(ifMatch)
+		}
+		_, err := c.UploadPartCopy(ctx, in)
+		return err
+	}
+	if err := copyPart("src", aws.ToString(put.ETag)); err != nil {
+		t.Errorf("copy of the version named: %v", err)
+	}
+	if err := copyPart("src", `"0123456789abcdef0123456789abcdef"`); apiCode(err) != "PreconditionFailed" {
+		t.Errorf("copy of another version: %v, want PreconditionFailed", err)
+	}
+	if err := copyPart("nosuch", ""); apiCode(err) != "NoSuchKey" {
+		t.Errorf("copy of a missing source: %v, want NoSuchKey", err)
 	}
 }

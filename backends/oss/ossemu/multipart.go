@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"hash/crc64"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -117,8 +119,14 @@ func (s *Server) handleUploadPart(w http.ResponseWriter, r *http.Request, rc *re
 		rc.op = "UploadPartCopy"
 		s.count(rc.op)
 		f, hw, err = s.copyRange(r, src)
+		if errors.Is(err, fs.ErrNotExist) {
+			s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified source key does not exist.")
+			return
+		}
 		if err != nil {
-			s.writeError(w, r, rc, http.StatusBadRequest, "InvalidArgument", err.Error())
+			if !s.conditionalError(w, r, rc, err) {
+				s.writeError(w, r, rc, http.StatusBadRequest, "InvalidArgument", err.Error())
+			}
 			return
 		}
 	} else if f, hw, err = s.receive(r, rc); err != nil {
@@ -163,7 +171,13 @@ func (s *Server) copyRange(r *http.Request, src string) (*os.File, *hashWriter, 
 	}
 	oi, err := s.lookup(srcBucket, srcKey)
 	if err != nil || oi.isDir {
-		return nil, nil, fmt.Errorf("source object %q does not exist", srcKey)
+		return nil, nil, fmt.Errorf("source object %q: %w", srcKey, fs.ErrNotExist)
+	}
+	// As CopyObject: the copy is of the version the client named.
+	for _, h := range []string{"x-oss-copy-source-if-match", "x-amz-copy-source-if-match"} {
+		if v := r.Header.Get(h); v != "" && !etagMatch(v, oi.ETag) {
+			return nil, nil, errPreconditionFailed
+		}
 	}
 	start, end := int64(0), oi.Size-1
 	rv := r.Header.Get("x-amz-copy-source-range") + r.Header.Get("x-oss-copy-source-range")

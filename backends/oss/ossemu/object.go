@@ -488,6 +488,11 @@ func (s *Server) handleCopy(w http.ResponseWriter, r *http.Request, rc *reqCtx) 
 		s.badHeader(w, r, rc, err)
 		return
 	}
+	excl, err := ifNoneMatch(r, rc)
+	if err != nil {
+		s.conditionalError(w, r, rc, err)
+		return
+	}
 	src, err := s.lookup(srcBucket, srcKey)
 	if err != nil || src.isDir {
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified source key does not exist.")
@@ -535,9 +540,15 @@ func (s *Server) handleCopy(w http.ResponseWriter, r *http.Request, rc *reqCtx) 
 	if d := r.Header.Get("x-oss-tagging-directive") + r.Header.Get("x-amz-tagging-directive"); strings.EqualFold(d, "REPLACE") {
 		m.Tags = tags
 	}
-	oi, err := s.publish(f, rc.bucket, rc.key, m)
+	publish := s.publish
+	if excl {
+		publish = s.publishIfAbsent
+	}
+	oi, err := publish(f, rc.bucket, rc.key, m)
 	if err != nil {
-		s.receiveError(w, r, rc, err)
+		if !s.conditionalError(w, r, rc, err) {
+			s.receiveError(w, r, rc, err)
+		}
 		return
 	}
 	w.Header().Set("x-oss-hash-crc64ecma", strconv.FormatUint(oi.CRC64, 10))
