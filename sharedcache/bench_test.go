@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -33,20 +34,36 @@ import (
 //     reads the share of the next node (fetched by that node in epoch 1).
 //     The figures are epoch 2's.
 //
-// Reported per node: source MiB, throughput, and the followers' throughput
-// against node 1 reading the dataset again warm from its own local disk
-// (measured in the same run).
+// "together" runs with the cluster-wide single flight (flight=on, the
+// default) and without it (flight=off): what it saves in source bytes.
+//
+// Reported per node: source bytes over the dataset (src-x), source MiB,
+// throughput, and the followers' throughput against node 1 reading the
+// dataset again warm from its own local disk (measured in the same run).
 //
 //	go test -run '^$' -bench NodesThroughSharedTier -benchtime 1x ./sharedcache/
 func BenchmarkNodesThroughSharedTier(b *testing.B) {
 	for _, sched := range []string{"staggered", "together", "sharded"} {
-		for _, n := range []int{1, 2, 4} {
-			if sched != "staggered" && n == 1 {
+		for _, flight := range []bool{true, false} {
+			if sched != "together" && !flight {
 				continue
 			}
-			b.Run(fmt.Sprintf("%s/nodes=%d", sched, n), func(b *testing.B) { benchNodes(b, n, sched) })
+			for _, n := range []int{1, 2, 4} {
+				if sched != "staggered" && n == 1 {
+					continue
+				}
+				name := fmt.Sprintf("%s/flight=%s/nodes=%d", sched, onOff(flight), n)
+				b.Run(name, func(b *testing.B) { benchNodes(b, n, sched, flight) })
+			}
 		}
 	}
+}
+
+func onOff(v bool) string {
+	if v {
+		return "on"
+	}
+	return "off"
 }
 
 const (
@@ -119,29 +136,15 @@ func newCache(b *testing.B, dir string) *cache.Cache {
 	return c
 }
 
-func benchNodes(b *testing.B, n int, sched string) {
+func benchNodes(b *testing.B, n int, sched string, flight bool) {
 	staggered := sched == "staggered"
 	b.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
 	b.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	srcRoot := b.TempDir()
-	os.MkdirAll(filepath.Join(srcRoot, "bkt", "data"), 0o755)
-	chunk := make([]byte, 1<<20)
-	for i := range benchFiles {
-		f, err := os.Create(filepath.Join(srcRoot, "bkt", "data", fmt.Sprintf("shard-%d", i)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		for j := range benchFileSize >> 20 {
-			for k := range chunk {
-				chunk[k] = byte(i*31 + j*7 + k)
-			}
-			f.Write(chunk)
-		}
-		f.Close()
-	}
+	writeDataset(b, srcRoot)
 	dataset := int64(benchFiles * benchFileSize)
 	srcSrv, srcEP := ossemutest.Start(b, srcRoot, ossemu.Options{TTFB: 20 * time.Millisecond, ConnBandwidth: 40e6})
-	var srcPerNode, followerMiBs, ratio float64
+	var srcPerNode, srcX, followerMiBs, ratio float64
 	for range b.N {
 		tierRoot := b.TempDir()
 		os.Mkdir(filepath.Join(tierRoot, "tier"), 0o755)
@@ -162,7 +165,7 @@ func benchNodes(b *testing.B, n int, sched string) {
 		}
 		nodes := make([]*node, n)
 		for i := range nodes {
-			t, err := sharedcache.New(openOSS(b, "oss://tier/mlfsd/", tierEP, 2), sharedcache.Options{})
+			t, err := sharedcache.New(openOSS(b, "oss://tier/mlfsd/", tierEP, 2), sharedcache.Options{NoSingleFlight: !flight})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -244,6 +247,7 @@ func benchNodes(b *testing.B, n int, sched string) {
 
 		mibs := func(r nodeResult) float64 { return float64(r.bytes) / (1 << 20) / r.dur.Seconds() }
 		srcPerNode += float64(srcBytes) / float64(n) / (1 << 20)
+		srcX += float64(srcBytes) / float64(dataset)
 		first := 0
 		if staggered && n > 1 {
 			first = 1 // followers only: the nodes the tier serves
@@ -259,6 +263,7 @@ func benchNodes(b *testing.B, n int, sched string) {
 			sched, n, float64(srcBytes)/(1<<20), dataset>>20, float64(srcBytes)/float64(dataset), mibs(results[0]), f, mibs(warm))
 	}
 	b.ReportMetric(srcPerNode/float64(b.N), "src-MiB/node")
+	b.ReportMetric(srcX/float64(b.N), "src-x")
 	b.ReportMetric(followerMiBs/float64(b.N), "MiB/s/node")
 	b.ReportMetric(ratio/float64(b.N), "vs-warm-local")
 }
@@ -312,4 +317,93 @@ func BenchmarkRawTierGets(b *testing.B) {
 		total += time.Since(start)
 	}
 	b.ReportMetric(float64(objects*b.N)/total.Seconds(), "MiB/s")
+}
+
+// BenchmarkSingleNodeFlightCost: what the single flight costs a node that
+// reads alone (nobody to share a fetch with): one node reads the dataset
+// cold through the tier with single flight on, and on a fresh tier with
+// it off, in alternating order, once per iteration (a pair). Reported:
+// the median over the pairs of throughput on / off (goal: >= 0.95), and
+// each side's median MiB/s.
+//
+//	go test -run '^$' -bench SingleNodeFlightCost -benchtime 5x ./sharedcache/
+func BenchmarkSingleNodeFlightCost(b *testing.B) {
+	b.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	b.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	srcRoot := b.TempDir()
+	writeDataset(b, srcRoot)
+	_, srcEP := ossemutest.Start(b, srcRoot, ossemu.Options{TTFB: 20 * time.Millisecond, ConnBandwidth: 40e6})
+	src := openOSS(b, "oss://bkt/data/", srcEP, 10)
+	defer src.Close()
+	var infos []backends.ObjectInfo
+	for i := range benchFiles {
+		info, err := src.Stat(context.Background(), fmt.Sprintf("shard-%d", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		infos = append(infos, info)
+	}
+	run := func(flight bool) float64 {
+		tierRoot := b.TempDir()
+		os.Mkdir(filepath.Join(tierRoot, "tier"), 0o755)
+		_, tierEP := ossemutest.Start(b, tierRoot, ossemu.Options{})
+		t, err := sharedcache.New(openOSS(b, "oss://tier/mlfsd/", tierEP, 2), sharedcache.Options{NoSingleFlight: !flight})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer t.Close()
+		c := newCache(b, b.TempDir())
+		defer c.Close()
+		r := readDataset(b, c, t.Through(src), infos)
+		if r.bytes != int64(benchFiles*benchFileSize) {
+			b.Fatalf("read %d bytes", r.bytes)
+		}
+		if flight && t.Stats().FlightsWon == 0 {
+			b.Fatal("single flight on, yet no block claimed")
+		}
+		return float64(r.bytes) / (1 << 20) / r.dur.Seconds()
+	}
+	var ratios, ons, offs []float64
+	b.ResetTimer()
+	for i := range b.N {
+		var on, off float64
+		if i%2 == 0 {
+			on, off = run(true), run(false)
+		} else {
+			off, on = run(false), run(true)
+		}
+		b.Logf("pair %d: flight on %.0f MiB/s, off %.0f MiB/s, ratio %.3f", i+1, on, off, on/off)
+		ratios, ons, offs = append(ratios, on/off), append(ons, on), append(offs, off)
+	}
+	b.ReportMetric(median(ratios), "on/off")
+	b.ReportMetric(median(ons), "on-MiB/s")
+	b.ReportMetric(median(offs), "off-MiB/s")
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// writeDataset writes the benchmark's files under root/bkt/data.
+func writeDataset(b *testing.B, root string) {
+	os.MkdirAll(filepath.Join(root, "bkt", "data"), 0o755)
+	chunk := make([]byte, 1<<20)
+	for i := range benchFiles {
+		f, err := os.Create(filepath.Join(root, "bkt", "data", fmt.Sprintf("shard-%d", i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for j := range benchFileSize >> 20 {
+			for k := range chunk {
+				chunk[k] = byte(i*31 + j*7 + k)
+			}
+			f.Write(chunk)
+		}
+		f.Close()
+	}
 }

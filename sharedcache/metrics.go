@@ -15,6 +15,10 @@ const (
 	MetricDropped     = "mlfsd_shared_cache_dropped_blocks_total"
 	MetricSweeps      = "mlfsd_shared_cache_sweeps_total"
 	MetricSweptBytes  = "mlfsd_shared_cache_swept_bytes_total"
+	// Single flight (flight.go).
+	MetricFlightsWon     = "mlfsd_shared_cache_flights_won_total"
+	MetricFlightWaits    = "mlfsd_shared_cache_flight_waits_total"
+	MetricFlightTimeouts = "mlfsd_shared_cache_flight_timeouts_total"
 )
 
 // collector exports a Tier's Stats at scrape time.
@@ -40,6 +44,9 @@ func (t *Tier) Collector() prometheus.Collector {
 		d(MetricDropped, "Blocks not written to the shared cache tier: its write queue was full or it was failing."),
 		d(MetricSweeps, "Size-bound sweeps of the shared cache tier this node ran under the lease."),
 		d(MetricSweptBytes, "Bytes those sweeps deleted."),
+		d(MetricFlightsWon, "Blocks this node claimed cluster-wide (single flight) and read from the source."),
+		d(MetricFlightWaits, "Blocks this node waited for while another node read them from the source."),
+		d(MetricFlightTimeouts, "Waits for another node's block that ran out (the block was read from the source)."),
 	}}
 }
 
@@ -52,7 +59,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.t.Stats()
 	for i, v := range []int64{s.Hits, s.HitBytes, s.Misses, s.Corrupt, s.Fallbacks, s.Writes, s.WriteBytes,
-		s.WriteErrors, s.Dropped, s.Sweeps, s.SweptBytes} {
+		s.WriteErrors, s.Dropped, s.Sweeps, s.SweptBytes, s.FlightsWon, s.FlightWaits, s.FlightTimeouts} {
 		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(v))
 	}
 }

@@ -94,6 +94,9 @@ func (t *Tier) Sweep(ctx context.Context) (SweepResult, error) {
 	}
 	res.Ran = true
 	t.st.sweeps.Add(1)
+	if err := t.sweepMarkers(ctx); err != nil {
+		return res, err
+	}
 	var objs []backends.ObjectInfo
 	opt := backends.ListOptions{Prefix: blocksPrefix, Recursive: true}
 	for {
@@ -237,4 +240,29 @@ func (t *Tier) readLeaseKey(ctx context.Context, key string) (lease, error) {
 		return lease{}, nil
 	}
 	return l, nil
+}
+
+// sweepMarkers deletes the single-flight claim markers (flight.go) older
+// than FlightTTL: their blocks were written long ago, or their holders
+// died. A holder leaves a marker to expire once its block is written.
+func (t *Tier) sweepMarkers(ctx context.Context) error {
+	old := t.opt.clock().Add(-t.opt.FlightTTL)
+	opt := backends.ListOptions{Prefix: flightPrefix, Recursive: true}
+	for {
+		page, err := t.store.List(ctx, opt)
+		if err != nil {
+			return fmt.Errorf("listing %s%s: %w", t.store.ID(), flightPrefix, err)
+		}
+		for _, o := range page.Objects {
+			if !o.IsDir && o.ModTime.Before(old) {
+				if err := t.store.Delete(ctx, o.Key); err != nil && !errors.Is(err, backends.ErrNotExist) {
+					return fmt.Errorf("deleting %s: %w", o.Key, err)
+				}
+			}
+		}
+		if page.NextToken == "" {
+			return nil
+		}
+		opt.Token = page.NextToken
+	}
 }

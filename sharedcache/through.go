@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
+	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
 )
@@ -60,7 +62,24 @@ type reader struct {
 	// held is the tier's buffer that cur lies in, handed back once cur is
 	// served.
 	held *[]byte
+
+	// Single flight (flight.go). srcCancel ends the source read (opened
+	// under its own context while its blocks were being claimed). won:
+	// the blocks this reader claimed; offered: those it offered to the
+	// tier. The claims of the others are released at Close.
+	srcCancel context.CancelFunc
+	won       map[int64]bool
+	offered   map[int64]bool
 }
+
+// claimOutcome is one block's claim, as seen by the reader.
+type claimOutcome int8
+
+const (
+	claimPending claimOutcome = iota
+	claimOurs
+	claimTheirs
+)
 
 type tierResult struct {
 	data []byte
@@ -107,7 +126,8 @@ func (r *reader) fromTier() error {
 	var data []byte
 	var buf *[]byte
 	ok := false
-	if r.ahead == nil && r.t.up() && r.t.lastHit.Load() {
+	following := r.t.ew != nil && r.t.foreign(r.name(bi))
+	if r.ahead == nil && r.t.up() && r.t.lastHit.Load() && !following {
 		// The tier answered the last range's first block: ask for all of
 		// this range's blocks at once (one round trip, not two).
 		r.readAhead(bi, (r.end-1)/bs)
@@ -115,6 +135,9 @@ func (r *reader) fromTier() error {
 	if ch, started := r.ahead[bi]; started {
 		res := <-ch
 		data, buf, ok = res.data, res.buf, res.ok
+	} else if following {
+		// Another node is reading this block from the source: wait for it.
+		return r.follow(bi)
 	} else if r.t.up() {
 		data, buf, ok = r.t.get(r.ctx, r.header(bi))
 		r.t.lastHit.Store(ok)
@@ -127,8 +150,15 @@ func (r *reader) fromTier() error {
 	if !ok {
 		r.t.lastHit.Store(false)
 		r.stopAhead()
-		return r.openSource()
+		return r.missed(bi)
 	}
+	r.serve(bi, data, buf)
+	return nil
+}
+
+// serve makes block bi's data, in buf, the bytes at pos.
+func (r *reader) serve(bi int64, data []byte, buf *[]byte) {
+	bs := r.t.opt.BlockSize
 	r.held = buf
 	skip := r.pos - bi*bs
 	if int64(len(data)) < bs {
@@ -137,11 +167,195 @@ func (r *reader) fromTier() error {
 	if skip < int64(len(data)) {
 		r.cur = data[skip:min(int64(len(data)), skip+r.end-r.pos)]
 	}
+}
+
+func (r *reader) name(bi int64) string { return r.t.name(r.header(bi)) }
+
+// missed reads block bi, which the tier lacks, and the rest of the range
+// from the source. With single flight it first claims the blocks bi..last
+// (in parallel, while the source read starts: the source's time to first
+// byte hides the claims' round trip), then reads from the source the run
+// of blocks from bi that it holds; if another node holds bi, the reader
+// waits for the block in the tier instead. A source read whose range
+// turns out to cover another node's block is cancelled before its first
+// byte, as a rule, and started again over the run alone.
+func (r *reader) missed(bi int64) error {
+	if r.t.ew == nil || !r.t.up() {
+		return r.openSource(r.ctx)
+	}
+	bs := r.t.opt.BlockSize
+	last := (r.end - 1) / bs
+	outs := make([]claimOutcome, last-bi+1)
+	var unknown []int64
+	for b := bi; b <= last; b++ {
+		if f, ok := r.t.known(r.name(b)); !ok {
+			unknown = append(unknown, b)
+		} else if f.mine {
+			outs[b-bi] = claimOurs
+		} else {
+			outs[b-bi] = claimTheirs
+		}
+	}
+	if outs[0] == claimTheirs {
+		return r.follow(bi)
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	och := make(chan openedSource, 1)
+	pos, end := r.pos, r.end
+	// Start the source read with the claims only when they are answered
+	// before its first byte (measured): a node that loses them then
+	// cancels it before the source sent anything. When the tier answers
+	// slower than the source, claim first (that node is contended anyway).
+	concurrent := len(unknown) == 0 || r.t.claimsBeatSource()
+	open := func(ctx context.Context, end int64) openedSource {
+		start := time.Now()
+		rc, srcEnd, err := r.b.openRange(ctx, r.key, r.version, pos, end, bs)
+		if err == nil {
+			ewma(&r.t.srcLat, time.Since(start))
+		}
+		return openedSource{rc, srcEnd, err}
+	}
+	if concurrent {
+		go func() { och <- open(ctx, end) }()
+	} else {
+		och <- openedSource{}
+	}
+	var mu sync.Mutex
+	stopped := false
+	stop := func() { // block bi is taken: before the source's first byte, as a rule
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		cancel()
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, maxClaimsInFlight)
+	for _, b := range unknown {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			var taken func()
+			if b == bi {
+				taken = stop
+			}
+			out := claimOurs
+			if r.t.claim(r.ctx, r.name(b), b, last, r.name, taken) == claimForeign {
+				out = claimTheirs
+			}
+			mu.Lock()
+			outs[b-bi] = out
+			mu.Unlock()
+		}()
+	}
+	t0 := time.Now()
+	wg.Wait()
+	if len(unknown) > 0 {
+		ewma(&r.t.claimLat, time.Since(t0))
+	}
+	// The run of blocks from bi that this node reads.
+	run := bi
+	for run < last && outs[run+1-bi] == claimOurs {
+		run++
+	}
+	for b := bi; b <= last; b++ {
+		if outs[b-bi] == claimOurs {
+			r.markWon(b)
+		}
+	}
+	if outs[0] == claimTheirs {
+		cancel()
+		go closeOpened(och)
+		return r.follow(bi)
+	}
+	if !concurrent || stopped || run < last {
+		// Start (again): over the run alone, or (bi's marker was this
+		// node's, or stale) over the same range.
+		cancel()
+		go closeOpened(och)
+		ctx, cancel := context.WithCancel(r.ctx)
+		srcEnd := r.end
+		if run < last {
+			srcEnd = (run + 1) * bs
+		}
+		o := open(ctx, srcEnd)
+		if o.err != nil {
+			cancel()
+			return o.err
+		}
+		r.src, r.srcEnd, r.srcCancel = o.rc, o.srcEnd, cancel
+		return nil
+	}
+	o := <-och
+	if o.err != nil {
+		cancel()
+		return o.err
+	}
+	r.src, r.srcEnd, r.srcCancel = o.rc, o.srcEnd, cancel
 	return nil
 }
 
-// readAhead starts tier reads of blocks first..last.
+// maxClaimsInFlight bounds one reader's claims in parallel.
+const maxClaimsInFlight = 16
+
+// openedSource is the outcome of a source read started in the background.
+type openedSource struct {
+	rc     io.ReadCloser
+	srcEnd int64
+	err    error
+}
+
+// closeOpened closes the source read that arrives on ch, if any.
+func closeOpened(ch <-chan openedSource) {
+	if o := <-ch; o.rc != nil {
+		o.rc.Close()
+	}
+}
+
+func (r *reader) markWon(bi int64) {
+	if f, ok := r.t.known(r.name(bi)); ok && f.mine {
+		if r.won == nil {
+			r.won = map[int64]bool{}
+		}
+		r.won[bi] = true
+	}
+}
+
+// follow waits for block bi, which another node reads from the source,
+// to appear in the tier; if it does not within FlightWait, the reader
+// reads the source after all (and no longer waits for that holder).
+func (r *reader) follow(bi int64) error {
+	r.t.st.flightWaits.Add(1)
+	data, buf, ok := r.t.await(r.ctx, r.header(bi))
+	if ok {
+		r.t.lastHit.Store(true)
+		r.serve(bi, data, buf)
+		return nil
+	}
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	r.t.st.flightTimeouts.Add(1)
+	name := r.name(bi)
+	if f, known := r.t.known(name); known && f.holder != "" {
+		r.t.markDead(f.holder)
+	} else {
+		r.t.forget(name)
+	}
+	return r.openSource(r.ctx)
+}
+
+// readAhead starts tier reads of blocks first..last, up to the first that
+// another node is known to be fetching (no use asking for it yet).
 func (r *reader) readAhead(first, last int64) {
+	if r.t.ew != nil {
+		for bi := first; bi <= last; bi++ {
+			if r.t.foreign(r.name(bi)) {
+				last = bi - 1
+				break
+			}
+		}
+	}
 	if first > last {
 		return
 	}
@@ -168,19 +382,38 @@ func (r *reader) stopAhead() {
 }
 
 // openSource starts the one ranged read of the source that serves the rest.
-func (r *reader) openSource() error {
-	r.srcEnd = r.end
-	if r.end%r.t.opt.BlockSize != 0 {
-		// One byte more tells whether the object ends at end, which makes
-		// the last block whole (and worth storing) or not.
-		r.srcEnd++
-	}
-	src, err := r.b.Backend.Read(r.ctx, r.key, backends.ReadOptions{Offset: r.pos, Length: r.srcEnd - r.pos, IfVersion: r.version})
+func (r *reader) openSource(ctx context.Context) error {
+	src, srcEnd, err := r.b.openRange(ctx, r.key, r.version, r.pos, r.end, r.t.opt.BlockSize)
 	if err != nil {
 		return err
 	}
-	r.src = src
+	r.src, r.srcEnd = src, srcEnd
 	return nil
+}
+
+// openRange opens the source for [pos, end) of a version, and one byte
+// more when end is not on a block boundary: that byte tells whether the
+// object ends at end, which makes the last block whole (and worth
+// storing) or not.
+func (b *through) openRange(ctx context.Context, key, version string, pos, end, bs int64) (io.ReadCloser, int64, error) {
+	srcEnd := end
+	if end%bs != 0 {
+		srcEnd++
+	}
+	src, err := b.Backend.Read(ctx, key, backends.ReadOptions{Offset: pos, Length: srcEnd - pos, IfVersion: version})
+	return src, srcEnd, err
+}
+
+// closeSource ends the source read (the reader goes back to the tier).
+func (r *reader) closeSource() {
+	if r.src != nil {
+		r.src.Close()
+		r.src = nil
+	}
+	if r.srcCancel != nil {
+		r.srcCancel()
+		r.srcCancel = nil
+	}
 }
 
 // fromSource reads the source up to the next block boundary into cur and
@@ -189,6 +422,12 @@ func (r *reader) fromSource() error {
 	bs := r.t.opt.BlockSize
 	bi := r.pos / bs
 	start := bi * bs
+	if r.pos >= r.srcEnd {
+		// The source read covered the blocks this node claimed; another
+		// node reads the next: back to the tier.
+		r.closeSource()
+		return nil
+	}
 	want := min(start+bs, r.srcEnd) - r.pos
 	buf := make([]byte, want)
 	n, err := io.ReadFull(r.src, buf)
@@ -202,6 +441,12 @@ func (r *reader) fromSource() error {
 	// Whole: from the block's start to its end, or to the object's end.
 	if r.pos == start && (int64(n) == bs || r.eof) && n > 0 {
 		r.t.offer(r.header(bi), buf)
+		if r.t.ew != nil {
+			if r.offered == nil {
+				r.offered = map[int64]bool{}
+			}
+			r.offered[bi] = true // the writer releases its claim
+		}
 	}
 	r.cur = buf[:min(int64(n), r.end-r.pos)]
 	if r.eof && n == 0 {
@@ -215,8 +460,19 @@ func (r *reader) Close() error {
 	r.t.putBuf(r.held)
 	r.held = nil
 	r.cur = nil
+	var err error
 	if r.src != nil {
-		return r.src.Close()
+		err = r.src.Close()
+		r.src = nil
 	}
-	return nil
+	r.closeSource()
+	// Blocks claimed but never offered (the reader stopped early, or the
+	// source failed): let waiting nodes go to the source now.
+	for bi := range r.won {
+		if !r.offered[bi] {
+			r.t.release(r.name(bi))
+		}
+	}
+	r.won, r.offered = nil, nil
+	return err
 }

@@ -74,6 +74,15 @@ type Options struct {
 	// Log receives state changes (tier down, sweeps); nil discards.
 	Log *slog.Logger
 
+	// NoSingleFlight turns off the cluster-wide single flight (flight.go):
+	// every node that misses a block reads it from the source. Without
+	// ExclusiveWriter on the store it is off anyway.
+	NoSingleFlight bool
+	// FlightTTL is how long a claim on a block holds (default 30 s);
+	// FlightWait bounds the wait for a block another node is fetching
+	// (default 2 s), after which the block is read from the source.
+	FlightTTL, FlightWait time.Duration
+
 	// noVerify serves blocks without checking header and checksum, and
 	// noVersion keys blocks without the version: the mutants that prove
 	// the conformance suite catches both (tests only).
@@ -93,6 +102,8 @@ func DefaultOptions() Options {
 		Writers:      8,
 		SweepEvery:   5 * time.Minute,
 		LeaseTTL:     10 * time.Minute,
+		FlightTTL:    defaultFlightTTL,
+		FlightWait:   defaultFlightWait,
 	}
 }
 
@@ -122,6 +133,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.LeaseTTL == 0 {
 		o.LeaseTTL = d.LeaseTTL
 	}
+	if o.FlightTTL == 0 {
+		o.FlightTTL = d.FlightTTL
+	}
+	if o.FlightWait == 0 {
+		o.FlightWait = d.FlightWait
+	}
 	if o.Holder == "" {
 		h, _ := os.Hostname()
 		o.Holder = fmt.Sprintf("%s/%d/%08x", h, os.Getpid(), rand.Uint32())
@@ -139,7 +156,7 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("shared cache: size bound %d is negative", o.MaxBytes)
 	case o.QueueBytes < o.BlockSize:
 		return o, fmt.Errorf("shared cache: write queue %d holds no block of %d bytes", o.QueueBytes, o.BlockSize)
-	case o.Timeout < 0 || o.WriteTimeout < 0 || o.Backoff < 0 || o.Writers < 0:
+	case o.Timeout < 0 || o.WriteTimeout < 0 || o.Backoff < 0 || o.Writers < 0 || o.FlightTTL < 0 || o.FlightWait < 0:
 		return o, errors.New("shared cache: negative timeout, backoff or writer count")
 	}
 	return o, nil
@@ -158,12 +175,18 @@ type Stats struct {
 	Dropped            int64 // blocks not written: the queue was full or the tier down
 	Sweeps             int64 // sweeps this node ran (holding the lease)
 	SweptBytes         int64 // bytes those sweeps deleted
+	// FlightsWon counts blocks this node claimed (single flight) and read
+	// from the source; FlightWaits blocks it waited for while another node
+	// read them from the source; FlightTimeouts those waits that ran out
+	// (the block then came from the source).
+	FlightsWon, FlightWaits, FlightTimeouts int64
 }
 
 type counters struct {
 	hits, hitBytes, misses, corrupt, fallbacks atomic.Int64
 	writes, writeBytes, writeErrors, dropped   atomic.Int64
 	sweeps, sweptBytes                         atomic.Int64
+	flightsWon, flightWaits, flightTimeouts    atomic.Int64
 }
 
 // Tier is a shared block tier on one store. It is safe for concurrent use.
@@ -186,10 +209,20 @@ type Tier struct {
 	// atomic, not under mu: every block read checks it.
 	downUntil atomic.Int64
 
+	// ew is the store's conditional create, nil without single flight.
+	ew backends.ExclusiveWriter
+	// claimLat, srcLat: moving averages (ns) of a round of claims and of
+	// the source's time to first byte (flight.go).
+	claimLat, srcLat atomic.Int64
+
 	mu      sync.Mutex
 	pending int           // GUARDED_BY(mu): blocks queued or being written
 	idle    chan struct{} // GUARDED_BY(mu): closed when pending drops to 0
 	closed  bool          // GUARDED_BY(mu)
+	// flights: live claims known, by block name (flight.go).
+	flights map[string]flight // GUARDED_BY(mu)
+	// dead: holders whose claims let a wait run out, until when.
+	dead map[string]time.Time // GUARDED_BY(mu)
 }
 
 type writeJob struct {
@@ -207,12 +240,17 @@ func New(store backends.Backend, opt Options) (*Tier, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Tier{
-		store:  store,
-		opt:    opt,
-		ctx:    ctx,
-		cancel: cancel,
-		queue:  make(chan writeJob, opt.QueueBytes/opt.BlockSize+1),
-		room:   semaphore.NewWeighted(opt.QueueBytes),
+		store:   store,
+		opt:     opt,
+		ctx:     ctx,
+		cancel:  cancel,
+		queue:   make(chan writeJob, opt.QueueBytes/opt.BlockSize+1),
+		room:    semaphore.NewWeighted(opt.QueueBytes),
+		flights: map[string]flight{},
+		dead:    map[string]time.Time{},
+	}
+	if !opt.NoSingleFlight {
+		t.ew, _ = backends.As[backends.ExclusiveWriter](store)
 	}
 	for range opt.Writers {
 		t.wg.Add(1)
@@ -235,11 +273,13 @@ func (t *Tier) Stats() Stats {
 		Corrupt: t.st.corrupt.Load(), Fallbacks: t.st.fallbacks.Load(),
 		Writes: t.st.writes.Load(), WriteBytes: t.st.writeBytes.Load(), WriteErrors: t.st.writeErrors.Load(),
 		Dropped: t.st.dropped.Load(), Sweeps: t.st.sweeps.Load(), SweptBytes: t.st.sweptBytes.Load(),
+		FlightsWon: t.st.flightsWon.Load(), FlightWaits: t.st.flightWaits.Load(), FlightTimeouts: t.st.flightTimeouts.Load(),
 	}
 }
 
-// Flush waits until every block queued so far is written (or failed), for
-// tests and benchmarks that need the tier settled.
+// Flush waits until every block queued so far is written (or failed), and
+// every claim released so far is deleted, for tests and benchmarks that
+// need the tier settled.
 func (t *Tier) Flush(ctx context.Context) error {
 	t.mu.Lock()
 	if t.pending == 0 {
@@ -294,21 +334,35 @@ func (t *Tier) failed(op string, err error) {
 // On a hit, data lies in *buf, which the caller hands back with putBuf
 // once it no longer reads data.
 func (t *Tier) get(ctx context.Context, want header) (data []byte, buf *[]byte, ok bool) {
+	return t.lookup(ctx, want, true)
+}
+
+// getQuiet is get without counting a miss: a node polling for a block
+// another node fetches.
+func (t *Tier) getQuiet(ctx context.Context, want header) (data []byte, buf *[]byte, ok bool) {
+	return t.lookup(ctx, want, false)
+}
+
+func (t *Tier) lookup(ctx context.Context, want header, countMiss bool) (data []byte, buf *[]byte, ok bool) {
 	if t.ctx.Err() != nil { // closed: the source serves what is still read
 		return nil, nil, false
 	}
 	name := t.name(want)
 	ctx, cancel := context.WithTimeout(ctx, t.opt.Timeout)
 	defer cancel()
-	r, err := t.store.Read(ctx, name, backends.ReadOptions{Length: -1})
+	// A bounded range, not the whole object: a block object is at most
+	// its header beyond a block, and a ranged read spares the OSS backend
+	// its CRC-64 pass over every whole-object read (the block's CRC-32C,
+	// checked below, guards it already).
+	limit := t.opt.BlockSize + int64(len(magic)) + 4 + maxHeader
+	r, err := t.store.Read(ctx, name, backends.ReadOptions{Length: limit})
 	var raw []byte
 	if err == nil {
-		// A block object is at most its header beyond a block; read it
-		// into one buffer of about that size (io.ReadAll would grow one
-		// from 512 bytes, copying the block ~12 times).
+		// Read it into one buffer of about that size (io.ReadAll would
+		// grow one from 512 bytes, copying the block ~12 times).
 		buf = t.getBuf()
 		bb := bytes.NewBuffer((*buf)[:0])
-		_, err = bb.ReadFrom(io.LimitReader(r, t.opt.BlockSize+int64(len(magic))+4+maxHeader))
+		_, err = bb.ReadFrom(io.LimitReader(r, limit))
 		raw = bb.Bytes()
 		r.Close()
 		if err != nil {
@@ -317,7 +371,9 @@ func (t *Tier) get(ctx context.Context, want header) (data []byte, buf *[]byte, 
 	}
 	switch {
 	case errors.Is(err, backends.ErrNotExist):
-		t.st.misses.Add(1)
+		if countMiss {
+			t.st.misses.Add(1)
+		}
 		return nil, nil, false
 	case err != nil && (errors.Is(ctx.Err(), context.Canceled) || t.ctx.Err() != nil):
 		return nil, nil, false // the reader gave up on this block (it missed an earlier one, or closed), or the tier closed
@@ -376,8 +432,10 @@ func (t *Tier) name(h header) string {
 // tier; it never waits. data must not change afterwards.
 func (t *Tier) offer(h header, data []byte) {
 	n := int64(len(data))
+	name := t.name(h)
 	if !t.up() || !t.room.TryAcquire(n) {
 		t.st.dropped.Add(1)
+		t.release(name)
 		return
 	}
 	t.mu.Lock()
@@ -390,16 +448,19 @@ func (t *Tier) offer(h header, data []byte) {
 	t.pending++
 	t.mu.Unlock()
 	select {
-	case t.queue <- writeJob{name: t.name(h), h: h, data: data}:
+	case t.queue <- writeJob{name: name, h: h, data: data}:
 	default: // cannot happen: the channel holds more blocks than the room
 		t.done(n)
 		t.st.dropped.Add(1)
+		t.release(name)
 	}
 }
 
-// done ends one queued write.
+// done ends one queued write of n bytes (or a claim's release: 0).
 func (t *Tier) done(n int64) {
-	t.room.Release(n)
+	if n > 0 {
+		t.room.Release(n)
+	}
 	t.mu.Lock()
 	t.pending--
 	if t.pending == 0 && t.idle != nil {
@@ -424,6 +485,7 @@ func (t *Tier) writer() {
 				}
 			}
 		case j := <-t.queue:
+			written := false
 			if !t.up() {
 				t.st.dropped.Add(1)
 			} else if err := t.put(j); err != nil {
@@ -432,8 +494,18 @@ func (t *Tier) writer() {
 					t.failed("write", err)
 				}
 			} else {
+				written = true
 				t.st.writes.Add(1)
 				t.st.writeBytes.Add(int64(len(j.data)))
+			}
+			// Written: the marker stays until it expires, so that a node
+			// that missed the block just before it was written finds the
+			// claim and reads the block from the tier, not the source.
+			// Not written: nodes waiting for the block go to the source.
+			if !written {
+				t.releaseNow(j.name)
+			} else {
+				t.forget(j.name)
 			}
 			t.done(int64(len(j.data)))
 		}
