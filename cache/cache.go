@@ -87,6 +87,10 @@ type Cache struct {
 	dirOpens map[dirKey]int // GUARDED_BY(warmMu): small opens per directory; -1 once warmed
 
 	lock *os.File // holds the exclusive lock on Dir; nil without a disk tier
+	// unsynced: objects were written without fdatasync since the cache
+	// opened (createWhole); Close syncs the filesystem before it removes
+	// the marker.
+	unsynced atomic.Bool
 }
 
 // New opens a cache. With Options.Dir set it indexes what an earlier run
@@ -147,7 +151,14 @@ func New(opt Options) (*Cache, error) {
 			return nil, err
 		}
 		c.lock = lock
-		found, err := c.scanDir()
+		dropWhole := c.unsyncedMarkerStale()
+		if dropWhole {
+			c.log.Warn("cache: the disk tier was not closed before a reboot; dropping objects of one block, which may be torn", "dir", opt.Dir)
+		}
+		found, err := c.scanDir(dropWhole)
+		if err == nil {
+			err = c.markUnsynced()
+		}
 		if err != nil {
 			lock.Close()
 			cancel()
@@ -330,6 +341,9 @@ func (c *Cache) Close() error {
 	c.mem.Close()
 	c.ready.clear()
 	if c.lock != nil {
+		if err := c.clearUnsynced(); err != nil {
+			errs = append(errs, err)
+		}
 		c.lock.Close()
 	}
 	st := c.Stats()
@@ -516,6 +530,15 @@ func (c *Cache) openFile(e *entry) {
 		e.npresent = 0
 		e.mu.Unlock()
 	}
+	e.mu.Lock()
+	if e.nblocks == 1 && e.npresent == 0 && !e.metaWritten {
+		// One block: written whole when it arrives (writeWhole), so no
+		// .part is created now.
+		e.whole = true
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
 	path := c.partPath(e.id)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if errors.Is(err, os.ErrNotExist) { // someone removed our directories
@@ -576,7 +599,7 @@ func (c *Cache) release(e *entry) {
 	e.opened = nil
 	e.mu.Lock()
 	files := []*os.File{e.file, e.direct}
-	e.file, e.direct = nil, nil
+	e.file, e.direct, e.whole = nil, nil, false
 	empty := !e.complete && e.npresent == 0
 	e.mu.Unlock()
 	if (e.superseded || empty && e.diskBytes == 0) && c.entries[e.id] == e {
