@@ -27,7 +27,7 @@ type Options struct {
 	BlockSize int64
 	// MinWindow and MaxWindow bound the readahead window of a sequential
 	// stream: it starts at MinWindow and doubles on every sequential read.
-	// MaxWindow is capped at a quarter of MemoryBytes (the buffer that
+	// MaxWindow is capped at a quarter of MemoryBytes (half the buffer that
 	// holds fetched blocks until they are read).
 	MinWindow, MaxWindow int64
 	// MaxRequestBytes is the largest single ranged read sent to a backend.
