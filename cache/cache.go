@@ -81,6 +81,14 @@ type Cache struct {
 	closed  bool                // GUARDED_BY(mu)
 	// warmPending is the size of warming fetches under way. GUARDED_BY(mu)
 	warmPending int64
+	// keptOpen lists, oldest first, unpinned complete entries whose file
+	// stays open for the next open (see release), nKept of them live: an
+	// item whose entry was pinned again since (its keptSeq moved on) is
+	// stale and skipped. GUARDED_BY(mu)
+	keptOpen    []keptItem
+	nKept       int
+	keptSeq     uint64
+	maxKeptOpen int // how many complete files may stay open unpinned
 
 	warmSem  *semaphore.Weighted // warming fetches in flight
 	warmMu   sync.Mutex
@@ -133,19 +141,20 @@ func New(opt Options) (*Cache, error) {
 	nblocks := (opt.MemoryBytes + opt.BlockSize - 1) / opt.BlockSize
 	nblocks += int64(opt.TotalRequests)
 	c := &Cache{
-		opt:        opt,
-		log:        opt.Log,
-		arena:      newArena(int(nblocks), opt.BlockSize, !opt.noPrefault),
-		mem:        mem,
-		ready:      newReadyBuf(readyLimit),
-		total:      newRequestSlots(opt.TotalRequests),
-		writeQueue: semaphore.NewWeighted(opt.writeQueueBytes),
-		warmSem:    semaphore.NewWeighted(int64(opt.WarmRequests)),
-		dirOpens:   map[dirKey]int{},
-		ctx:        ctx,
-		cancel:     cancel,
-		entries:    map[string]*entry{},
-		byKey:      map[string][]*entry{},
+		opt:         opt,
+		log:         opt.Log,
+		arena:       newArena(int(nblocks), opt.BlockSize, !opt.noPrefault),
+		mem:         mem,
+		ready:       newReadyBuf(readyLimit),
+		total:       newRequestSlots(opt.TotalRequests),
+		writeQueue:  semaphore.NewWeighted(opt.writeQueueBytes),
+		warmSem:     semaphore.NewWeighted(int64(opt.WarmRequests)),
+		dirOpens:    map[dirKey]int{},
+		ctx:         ctx,
+		cancel:      cancel,
+		entries:     map[string]*entry{},
+		byKey:       map[string][]*entry{},
+		maxKeptOpen: keptOpenLimit(),
 	}
 	if opt.Dir != "" {
 		lock, err := lockDir(opt.Dir)
@@ -342,6 +351,18 @@ func (c *Cache) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	c.mu.Lock()
+	var kept []*os.File
+	for _, it := range c.keptOpen {
+		if f := c.closeKeptLocked(it.e); f != nil {
+			kept = append(kept, f)
+		}
+	}
+	c.keptOpen = nil
+	c.mu.Unlock()
+	for _, f := range kept {
+		f.Close()
+	}
 	c.mem.Close()
 	c.ready.clear()
 	if c.lock != nil {
@@ -430,6 +451,9 @@ func (c *Cache) removeLocked(e *entry) {
 	}
 	c.lru.remove(e)
 	c.used -= e.diskBytes
+	if f := c.closeKeptLocked(e); f != nil {
+		f.Close()
+	}
 	if c.opt.Dir != "" {
 		os.Remove(c.completePath(e.id))
 		os.Remove(c.partPath(e.id))
@@ -488,7 +512,14 @@ func (c *Cache) pin(id string, size int64) (*entry, error) {
 	openFiles := false
 	if e.pins == 1 {
 		e.opened = make(chan struct{})
-		openFiles = c.opt.Dir != ""
+		openFiles = c.opt.Dir != "" && !e.kept
+		if e.kept {
+			// Its file was kept open (release): use it. Its item in
+			// keptOpen goes stale.
+			e.kept = false
+			e.keptSeq = 0
+			c.nKept--
+		}
 		if !openFiles {
 			close(e.opened)
 		}
@@ -602,10 +633,38 @@ func (c *Cache) release(e *entry) {
 	}
 	e.opened = nil
 	e.mu.Lock()
-	files := []*os.File{e.file, e.direct}
-	e.file, e.direct, e.whole = nil, nil, false
+	keep := e.complete && e.file != nil && !e.superseded && c.entries[e.id] == e && c.maxKeptOpen > 0 && !c.closed
+	files := []*os.File{e.direct}
+	if !keep {
+		files = append(files, e.file)
+		e.file = nil
+	}
+	e.direct, e.whole = nil, false
 	empty := !e.complete && e.npresent == 0
 	e.mu.Unlock()
+	if keep {
+		// The next open of a complete file (an epoch over small files
+		// opens each again) skips opening it: the file stays open,
+		// among the maxKeptOpen most recently released.
+		c.keptSeq++
+		e.kept, e.keptSeq = true, c.keptSeq
+		c.nKept++
+		c.keptOpen = append(c.keptOpen, keptItem{e, c.keptSeq})
+		for c.nKept > c.maxKeptOpen {
+			it := c.keptOpen[0]
+			c.keptOpen = c.keptOpen[1:]
+			if it.e.keptSeq == it.seq {
+				if f := c.closeKeptLocked(it.e); f != nil {
+					files = append(files, f)
+				}
+			}
+		}
+		if len(c.keptOpen) > 2*c.maxKeptOpen+64 {
+			// Mostly stale (files opened and released again and
+			// again): keep the live items only.
+			c.keptOpen = slices.DeleteFunc(c.keptOpen, func(it keptItem) bool { return !it.e.kept || it.e.keptSeq != it.seq })
+		}
+	}
 	if (e.superseded || empty && e.diskBytes == 0) && c.entries[e.id] == e {
 		c.removeLocked(e)
 	}
@@ -615,6 +674,37 @@ func (c *Cache) release(e *entry) {
 			f.Close()
 		}
 	}
+}
+
+// keptItem is one release of an entry whose file was kept open.
+type keptItem struct {
+	e   *entry
+	seq uint64 // the entry's keptSeq then
+}
+
+// closeKeptLocked takes the file of an entry kept open unpinned, for the
+// caller to close; nil when e holds none (pinned again, or closed).
+func (c *Cache) closeKeptLocked(e *entry) *os.File {
+	if !e.kept || e.pins > 0 {
+		return nil
+	}
+	e.kept = false
+	c.nKept--
+	e.mu.Lock()
+	f := e.file
+	e.file = nil
+	e.mu.Unlock()
+	return f
+}
+
+// keptOpenLimit is how many complete files stay open unpinned: 4,096, or
+// an eighth of the open-file limit if that is lower.
+func keptOpenLimit() int {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 0
+	}
+	return int(min(4096, r.Cur/8))
 }
 
 // reserve accounts n more disk bytes to e, evicting unpinned entries to make

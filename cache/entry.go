@@ -37,6 +37,8 @@ type entry struct {
 	// GUARDED_BY(c.mu):
 	pins       int
 	superseded bool          // another version of the key was opened since
+	kept       bool          // unpinned with its complete file left open (Cache.keptOpen)
+	keptSeq    uint64        // the release that kept it open
 	opened     chan struct{} // closed once the first pinner opened the files
 	diskBytes  int64
 	atime      time.Time // last pinned or released: the eviction order

@@ -2,10 +2,14 @@ package cache
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/mlfsd/mlfsd/backends"
 )
 
 // TestOneBlockObjectWrittenWhole: an object of one block lands in the disk
@@ -112,5 +116,65 @@ func TestUnsyncedObjectsAfterReboot(t *testing.T) {
 				t.Fatalf("second run fetched %v, want %v", got, tc.wantFetched)
 			}
 		})
+	}
+}
+
+// TestCompleteFilesKeptOpen: the file of a complete object stays open
+// after its last handle closes, so the next open does not open it again;
+// only the maxKeptOpen most recently released stay open, and an evicted
+// object's file is closed.
+func TestCompleteFilesKeptOpen(t *testing.T) {
+	b := newFake("fake://a/")
+	c := newTestCache(t, Options{Dir: t.TempDir(), WarmAfter: -1})
+	c.mu.Lock()
+	c.maxKeptOpen = 2
+	c.mu.Unlock()
+	var infos []backends.ObjectInfo
+	for i := range 3 {
+		info := b.put(fmt.Sprintf("d/f%d", i), randomData(uint64(600+i), 100<<10))
+		infos = append(infos, info)
+		readFile(t, c, b, info) // fetched and written whole
+		c.quiesce()
+		readFile(t, c, b, info) // complete: released with its file kept
+	}
+	entryOf := func(info backends.ObjectInfo) *entry {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.entries[objectID(b.ID(), info.Key, info.Version)]
+	}
+	fileOf := func(e *entry) *os.File {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.file
+	}
+	if f := fileOf(entryOf(infos[0])); f != nil {
+		t.Fatal("the least recently released file is still open past the limit of 2")
+	}
+	for _, info := range infos[1:] {
+		e := entryOf(info)
+		f := fileOf(e)
+		if f == nil {
+			t.Fatalf("%s: complete file not kept open", info.Key)
+		}
+		h := open(t, c, b, info)
+		if fileOf(e) != f {
+			t.Fatalf("%s: opened again instead of reusing the kept file", info.Key)
+		}
+		if got := readAll(t, h, info.Size, 128<<10); !bytes.Equal(got, randomData(uint64(600+slices.Index(infos, info)), 100<<10)) {
+			t.Fatalf("%s: data differs through the kept file", info.Key)
+		}
+		h.Close()
+	}
+	// Eviction closes the kept file.
+	e := entryOf(infos[1])
+	f := fileOf(e)
+	c.mu.Lock()
+	c.removeLocked(e)
+	c.mu.Unlock()
+	if fileOf(e) != nil {
+		t.Fatal("evicted entry still holds its file")
+	}
+	if _, err := f.Stat(); err == nil {
+		t.Fatal("evicted entry's file still open")
 	}
 }
