@@ -27,7 +27,7 @@ type Options struct {
 	BlockSize int64
 	// MinWindow and MaxWindow bound the readahead window of a sequential
 	// stream: it starts at MinWindow and doubles on every sequential read.
-	// MaxWindow is capped at a quarter of MemoryBytes (the buffer that
+	// MaxWindow is capped at a quarter of MemoryBytes (half the buffer that
 	// holds fetched blocks until they are read).
 	MinWindow, MaxWindow int64
 	// MaxRequestBytes is the largest single ranged read sent to a backend.
@@ -51,6 +51,8 @@ type Options struct {
 
 	// writeQueueBytes overrides writeQueueBytes (tests).
 	writeQueueBytes int64
+	// bootID overrides the kernel's boot ID (tests simulate a reboot).
+	bootID string
 	// noPrefault leaves the arena's pages to be touched on first use
 	// (tests, which open many caches and read little through each).
 	noPrefault bool
@@ -114,6 +116,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.bootID == "" && o.Dir != "" {
+		o.bootID = bootID()
 	}
 	return o, o.validate()
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Disk layout, under Options.Dir:
@@ -32,13 +34,24 @@ import (
 // with it, and a .part becomes <id> (by rename) only after fdatasync. So
 // after any crash, what the index says is present is present; at worst some
 // written blocks are fetched again.
+//
+// The exception is an object of one block, which is written whole as
+// <id>.tmp and renamed to <id> without fdatasync (its cost, per small file,
+// bounded small-file epochs). Those are covered by a marker, v1/unsynced,
+// holding the boot ID of the kernel that holds their unwritten pages: the
+// marker is made durable when the cache opens and removed after a syncfs
+// when it closes. A cache that opens to find the marker of another boot
+// (the machine went down without our Close) drops every one-block object,
+// since any of them may be torn; after a crash of the daemon alone the
+// kernel still writes them back, and they are kept.
 const layoutVersion = "v1"
 
 const (
-	partSuffix = ".part"
-	metaSuffix = ".meta"
-	tmpSuffix  = ".tmp"
-	metaMagic  = "MLFSDC1\n"
+	unsyncedName = "unsynced" // under v1/: the boot ID of unsynced objects
+	partSuffix   = ".part"
+	metaSuffix   = ".meta"
+	tmpSuffix    = ".tmp"
+	metaMagic    = "MLFSDC1\n"
 )
 
 // objectID names one (backend, key, version).
@@ -156,6 +169,84 @@ func writeFileAtomic(path string, data []byte) error {
 	return err
 }
 
+// createWhole writes a one-block object as its complete file: <id>.tmp
+// renamed to <id>, not synced (see the layout notes). It returns the file
+// open for reading, at its offset 0.
+func (c *Cache) createWhole(id string, data []byte) (*os.File, error) {
+	path := c.completePath(id)
+	tmp := path + tmpSuffix
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if errors.Is(err, os.ErrNotExist) { // someone removed our directories
+		if err = os.MkdirAll(c.dirOf(id), 0o700); err == nil {
+			f, err = os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err = f.Write(data); err == nil {
+		c.unsynced.Store(true)
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	return f, nil
+}
+
+// bootID names this boot of the kernel ("" when unknown: then any marker
+// left behind counts as another boot's).
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// unsyncedMarkerStale reports whether the disk tier holds a marker of
+// unsynced objects left by another boot (see the layout notes).
+func (c *Cache) unsyncedMarkerStale() bool {
+	b, err := os.ReadFile(filepath.Join(c.opt.Dir, layoutVersion, unsyncedName))
+	if err != nil {
+		return false // none: the last Close synced everything
+	}
+	id := strings.TrimSpace(string(b))
+	return id == "" || id != c.opt.bootID
+}
+
+// markUnsynced makes the marker durable before any unsynced object is
+// written: its content, then its name in the directory.
+func (c *Cache) markUnsynced() error {
+	root := filepath.Join(c.opt.Dir, layoutVersion)
+	if err := writeFileAtomic(filepath.Join(root, unsyncedName), []byte(c.opt.bootID+"\n")); err != nil {
+		return err
+	}
+	d, err := os.Open(root)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// clearUnsynced syncs the filesystem of the disk tier when objects were
+// written unsynced, then removes the marker (Close).
+func (c *Cache) clearUnsynced() error {
+	if c.unsynced.Load() {
+		if err := unix.Syncfs(int(c.lock.Fd())); err != nil {
+			return fmt.Errorf("cache dir: syncfs: %w", err)
+		}
+	}
+	err := os.Remove(filepath.Join(c.opt.Dir, layoutVersion, unsyncedName))
+	if errors.Is(err, os.ErrNotExist) {
+		err = nil
+	}
+	return err
+}
+
 // ErrDirBusy means another process (or Cache) is using the cache directory.
 // Two writers of one disk tier would corrupt each other's accounting.
 var ErrDirBusy = errors.New("cache directory is in use by another mlfsd")
@@ -192,8 +283,9 @@ type scanned struct {
 
 // scanDir indexes the disk tier left by an earlier run, removing whatever
 // cannot be trusted (temporaries, parts without metadata and vice versa,
-// metadata that does not parse).
-func (c *Cache) scanDir() ([]scanned, error) {
+// metadata that does not parse, and, when dropWhole, complete objects of
+// one block: they may have been written unsynced before a reboot).
+func (c *Cache) scanDir(dropWhole bool) ([]scanned, error) {
 	root := filepath.Join(c.opt.Dir, layoutVersion)
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("cache dir: %w", err)
@@ -230,6 +322,10 @@ func (c *Cache) scanDir() ([]scanned, error) {
 		default:
 			st, err := os.Stat(path)
 			if err != nil {
+				return nil
+			}
+			if dropWhole && st.Size() <= c.opt.BlockSize {
+				os.Remove(path)
 				return nil
 			}
 			out = append(out, scanned{id: name, size: st.Size(), complete: true,

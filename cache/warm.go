@@ -222,10 +222,11 @@ func (c *Cache) writeFromMemory(e *entry) {
 	for bi := int64(0); bi < e.nblocks; bi++ {
 		e.mu.Lock()
 		_, writing := e.writing[bi]
-		skip := e.complete || e.file == nil || e.present.has(bi) || writing || e.inflight[bi] != nil
+		noDisk := e.file == nil && !e.whole
+		skip := e.complete || noDisk || e.present.has(bi) || writing || e.inflight[bi] != nil
 		e.mu.Unlock()
 		if skip {
-			if e.complete || e.file == nil {
+			if e.complete || noDisk {
 				return
 			}
 			continue
@@ -241,7 +242,7 @@ func (c *Cache) writeFromMemory(e *entry) {
 		}
 		e.mu.Lock()
 		_, writing = e.writing[bi]
-		ok = !e.complete && e.file != nil && !e.present.has(bi) && !writing
+		ok = !e.complete && (e.file != nil || e.whole) && !e.present.has(bi) && !writing
 		if ok {
 			e.writing[bi] = r // our reference passes to the write queue
 		}

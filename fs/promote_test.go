@@ -83,3 +83,48 @@ func TestSliceResultReleasedOnce(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSmallFileInKernelSkipsPassthrough: a small file that one daemon reply
+// sent to the kernel whole is read again from the mount's page cache: later
+// opens do not ask for passthrough (a backing file per open), and no read
+// reaches the daemon.
+func TestSmallFileInKernelSkipsPassthrough(t *testing.T) {
+	src := t.TempDir()
+	data := bytes.Repeat([]byte("a small image\n"), 7000) // ~96 KiB
+	if err := os.WriteFile(filepath.Join(src, "img"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.New(cache.Options{Dir: t.TempDir(), MemoryBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	v := c.View()
+	mnt := testMount(t, newNAS(t, src), mfs.InputOptions{Source: v})
+	path := filepath.Join(mnt, "img")
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("cold read: %v (or data differs)", err)
+	}
+	// Until the cache copy is complete, a reopen could not be passthrough
+	// anyway: wait for it, so the test shows the choice, not the timing.
+	deadline := time.Now().Add(time.Minute)
+	for c.Stats().DiskBytes < int64(len(data)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache copy was not written within a minute: %+v", c.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	served := v.Stats().BytesServed
+	for i := range 3 {
+		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("warm read %d: %v (or data differs)", i, err)
+		}
+	}
+	st := v.Stats()
+	if st.PassthroughBytes != 0 {
+		t.Fatalf("a small file the kernel holds was opened with passthrough: %+v", st)
+	}
+	if st.BytesServed != served {
+		t.Fatalf("warm reads reached the daemon (%d bytes), want the page cache to answer", st.BytesServed-served)
+	}
+}
