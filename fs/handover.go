@@ -52,7 +52,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path"
 	"sort"
@@ -150,7 +149,6 @@ type handoverFS struct {
 	// the IDs it registered itself, cannot; Open rewrites its answer.
 	inherited map[uint64]*inheritedBacking // GUARDED_BY(mu)
 	srv       *fuse.Server                 // set before serving: unregisters them
-	log       *slog.Logger                 // may be nil
 }
 
 type inheritedBacking struct {
@@ -566,11 +564,8 @@ func (h *handoverFS) ReadDirPlus(c <-chan struct{}, in *fuse.ReadIn, out *fuse.D
 	// (fuse_direntplus_link).
 	ents, outs, err := fuse.ParseDirLookupEntries(out.Bytes())
 	if err != nil {
-		// Never seen: go-fuse wrote these bytes. Nothing is counted, which
-		// can only drop a node early at a later handover: say so.
-		if h.log != nil {
-			h.log.Error("handover: cannot count the nodes of a READDIRPLUS answer", "err", err)
-		}
+		// go-fuse wrote these bytes: they parse. (Were they not counted, a
+		// later FORGET of theirs would only be clamped, see forgetLocked.)
 		return st
 	}
 	h.mu.Lock()
