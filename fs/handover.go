@@ -49,10 +49,10 @@ package fs
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path"
 	"sort"
@@ -150,7 +150,6 @@ type handoverFS struct {
 	// the IDs it registered itself, cannot; Open rewrites its answer.
 	inherited map[uint64]*inheritedBacking // GUARDED_BY(mu)
 	srv       *fuse.Server                 // set before serving: unregisters them
-	log       *slog.Logger                 // may be nil
 }
 
 type inheritedBacking struct {
@@ -284,6 +283,39 @@ func (h *handoverFS) looked(id uint64) {
 	h.mu.Lock()
 	h.lookups[id]++
 	h.mu.Unlock()
+}
+
+// entryOutSize and direntSize are the sizes of a READDIRPLUS entry's
+// fuse_entry_out and fuse_dirent header.
+const (
+	entryOutSize = int(unsafe.Sizeof(fuse.EntryOut{}))
+	direntSize   = 24 // ino, off, namelen, type
+)
+
+// countDirPlus counts the nodes a READDIRPLUS answer gives the kernel:
+// every entry with a node but "." and ".." (the kernel's
+// fuse_direntplus_link). It reads the answer in place (fuse.
+// ParseDirLookupEntries would copy every name: this runs on every listing).
+func (h *handoverFS) countDirPlus(buf []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for len(buf) >= entryOutSize+direntSize {
+		id := binary.NativeEndian.Uint64(buf) // fuse_entry_out.nodeid
+		d := buf[entryOutSize:]
+		nameLen := int(binary.NativeEndian.Uint32(d[16:]))
+		if direntSize+nameLen > len(d) {
+			return // not a READDIRPLUS answer go-fuse writes
+		}
+		name := d[direntSize : direntSize+nameLen]
+		if id != 0 && !(len(name) == 1 && name[0] == '.') && !(len(name) == 2 && name[0] == '.' && name[1] == '.') {
+			h.lookups[id]++
+		}
+		n := entryOutSize + (direntSize+nameLen+7)&^7
+		if n > len(buf) {
+			return
+		}
+		buf = buf[n:]
+	}
 }
 
 // lookupCount is the kernel's lookup count of id, as answered.
@@ -562,24 +594,7 @@ func (h *handoverFS) ReadDirPlus(c <-chan struct{}, in *fuse.ReadIn, out *fuse.D
 	if !st.Ok() {
 		return st
 	}
-	// The kernel counts every entry with a node but "." and ".."
-	// (fuse_direntplus_link).
-	ents, outs, err := fuse.ParseDirLookupEntries(out.Bytes())
-	if err != nil {
-		// Never seen: go-fuse wrote these bytes. Nothing is counted, which
-		// can only drop a node early at a later handover: say so.
-		if h.log != nil {
-			h.log.Error("handover: cannot count the nodes of a READDIRPLUS answer", "err", err)
-		}
-		return st
-	}
-	h.mu.Lock()
-	for i, e := range ents {
-		if outs[i].NodeId != 0 && e.Name != "." && e.Name != ".." {
-			h.lookups[outs[i].NodeId]++
-		}
-	}
-	h.mu.Unlock()
+	h.countDirPlus(out.Bytes())
 	return st
 }
 func (h *handoverFS) FsyncDir(c <-chan struct{}, in *fuse.FsyncIn) fuse.Status {

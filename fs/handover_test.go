@@ -148,3 +148,27 @@ func TestHandoverLookupDebt(t *testing.T) {
 		t.Fatalf("go-fuse forgot %d of node 6, want 1", f.forgot[6])
 	}
 }
+
+// TestHandoverCountsDirPlus: a READDIRPLUS answer gives the kernel one
+// lookup of every entry with a node, "." and ".." excepted.
+func TestHandoverCountsDirPlus(t *testing.T) {
+	h := newHandoverFS(fuse.NewDefaultRawFileSystem())
+	l := fuse.NewDirEntryList(make([]byte, 4096), 0)
+	for _, e := range []struct {
+		name string
+		id   uint64
+	}{{".", 1}, {"..", 1}, {"a", 7}, {"bb", 0}, {"a-name-of-some-length", 9}, {"..x", 11}} {
+		out := l.AddDirLookupEntry(fuse.DirEntry{Name: e.name, Ino: e.id, Mode: fuse.S_IFREG})
+		if out == nil {
+			t.Fatal("no room")
+		}
+		out.NodeId = e.id
+	}
+	h.countDirPlus(l.Bytes())
+	h.countDirPlus(l.Bytes())
+	for id, want := range map[uint64]uint64{1: 0, 7: 2, 9: 2, 11: 2, 0: 0} {
+		if got := h.lookupCount(id); got != want {
+			t.Errorf("lookups of node %d: %d, want %d", id, got, want)
+		}
+	}
+}

@@ -208,9 +208,7 @@ func newRawFS(root gofs.InodeEmbedder, opt MountOptions) (fuse.MountOptions, *ha
 	if opt.Observe != nil {
 		rawFS = &observedFS{RawFileSystem: rawFS, obs: opt.Observe}
 	}
-	h := newHandoverFS(rawFS)
-	h.log = opt.Log
-	return mo, h
+	return mo, newHandoverFS(rawFS)
 }
 
 func mountTree(mountpoint string, root gofs.InodeEmbedder, inos *inoAlloc, opt MountOptions) (*Server, error) {

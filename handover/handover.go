@@ -5,12 +5,16 @@
 //	new → old  hello {protocol, version}
 //	old → new  offer {mounts} + their /dev/fuse fds (SCM_RIGHTS)   | refuse {error}
 //	new → old  prepared                                            | abort {error}
-//	old → new  committed; the old daemon exits without unmounting
+//	old → new  committed
+//	new → old  ack (it told the service manager it is the main process)
+//	old        stops its uploads, closes its cache, exits without unmounting
 //	new        waits for the old process to be gone, then serves
 //
-// Until the old daemon commits, a failure anywhere leaves it serving (its
-// mounts were only frozen) and both sides log why; the new daemon exits
-// with the error. After it commits, the new daemon owns the mounts.
+// Until the old daemon commits, a failure anywhere (the new daemon
+// refusing, failing to set a mount up, dying before its ack) leaves it
+// serving (its mounts were only frozen) and both sides log why; the new
+// daemon exits with the error. After it commits, the new daemon owns the
+// mounts.
 package handover
 
 import (
@@ -177,21 +181,35 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 		hv.Abort()
 		return false, fmt.Errorf("the new daemon could not take the mounts: %s", reply.Error)
 	}
+	// The new daemon is ready. It acknowledges "committed" once it told
+	// the service manager it is the main process now; only then does this
+	// one let go for good (stop its uploads, close its cache) and exit. A
+	// new daemon that died before that leaves this one serving: it still
+	// has everything.
+	// The connection closed by the new daemon before its ack means it
+	// will not serve: it died, or gave up (it closes the connection only
+	// once it has, or once it serves). A timeout is not that: a new daemon
+	// that is slow to ack serves once this one is gone.
+	newGone := func(err error) bool {
+		var ne net.Error
+		return !(errors.As(err, &ne) && ne.Timeout())
+	}
+	if err := send(c, message{Type: "committed"}, nil); err != nil && newGone(err) {
+		hv.Abort()
+		return false, fmt.Errorf("the new daemon went away as it was told to serve: %w", err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, afds, err := recv(c)
+	for _, fd := range afds {
+		unix.Close(fd)
+	}
+	if err != nil && newGone(err) {
+		hv.Abort()
+		return false, fmt.Errorf("the new daemon died before it took the mounts: %w", err)
+	}
 	if err := hv.Commit(); err != nil {
 		// The cache is closed either way; the new daemon opens it again.
 		log.Error("handover: closing", "err", err)
-	}
-	if err := send(c, message{Type: "committed"}, nil); err != nil {
-		log.Error("handover: telling the new daemon it may serve (it serves once this process is gone)", "err", err)
-		return true, nil
-	}
-	// The new daemon acknowledges once it told the service manager it is
-	// the main process now (or it went away): only then may this one exit.
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, afds, err := recv(c); err == nil {
-		for _, fd := range afds {
-			unix.Close(fd)
-		}
 	}
 	return true, nil
 }
@@ -270,7 +288,12 @@ func Take(ctx context.Context, socket string, n *node.Node, version string, prot
 		if committed != nil {
 			committed()
 		}
-		send(c, message{Type: "ack"}, nil)
+		if err := send(c, message{Type: "ack"}, nil); err != nil && !exited(pidfd, 0) {
+			// The old daemon reads the broken connection as this one gone,
+			// and serves on (Offer): so must this one give up.
+			ad.Abort()
+			return fmt.Errorf("acknowledging the handover to the running daemon (pid %d), which serves on: %w", pid, err)
+		}
 	}
 	// Committed (or the old process died holding only frozen mounts): once
 	// it no longer reads the connections, they are ours.

@@ -137,8 +137,10 @@ func (h *Handover) Abort() {
 	h.n.mu.Unlock()
 }
 
-// storeStopTimeout bounds the wait, at a handover, for uploads in flight.
-const storeStopTimeout = 5 * time.Second
+// storeStopTimeout bounds the wait, at a handover, for uploads in flight:
+// every mount is frozen meanwhile. An upload still running then is
+// cancelled (never published in part) and the new daemon sends it again.
+const storeStopTimeout = 3 * time.Second
 
 // Commit gives the mounts up to the new process, which serves them once
 // this one exits: the cache is closed (its directory is the new one's) and

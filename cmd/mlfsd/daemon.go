@@ -41,12 +41,16 @@ credentials come back with the daemon's own (environment or
 output and unmounts everything (a second signal aborts the drain).
 
 Upgrading without unmounting: start the new binary with --takeover and the
-same --state-dir and --socket while the old daemon runs. It connects to the
-old one's handover socket (STATE_DIR/takeover.sock), receives every mount's
-FUSE connection and what the kernel holds of it, and serves the same mounts
-once the old daemon has exited: open files stay open, reads in flight are
-answered. If anything fails before the old daemon lets go, the old daemon
-goes on serving and the new one exits with the reason.
+same flags (--state-dir, --socket, --staging-dir above all) while the old
+daemon runs; under systemd, ` + "`systemctl reload mlfsd`" + `. It connects to the old
+one's handover socket (STATE_DIR/takeover.sock), receives every mount's
+FUSE connection and what the kernel holds of it (node IDs and lookup
+counts, open handles), each output's tree and the files open for writing,
+and serves the same mounts once the old daemon has exited: open files stay
+open, reads and writes in flight are answered, uploads pending at the
+switch are made by the new daemon. If anything fails before the old daemon
+lets go, the old daemon goes on serving and the new one exits with the
+reason.
 
 Logs are JSON unless --log-format says otherwise.`,
 		Args: cobra.NoArgs,

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -13,8 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/handover"
 )
 
 // forkNodeDaemon forks a process now that becomes `mlfsd daemon` (with
@@ -162,10 +168,10 @@ func TestDaemonTakeoverOutputs(t *testing.T) {
 	if ents, err := os.ReadDir(filepath.Join(in, "many")); err != nil || len(ents) != 50 {
 		t.Fatalf("listing: %d entries, %v", len(ents), err)
 	}
+	manyIno := map[string]uint64{}
 	for i := range 50 {
-		if _, err := os.Stat(filepath.Join(in, "many", fmt.Sprintf("f%02d", i))); err != nil {
-			t.Fatal(err)
-		}
+		p := filepath.Join(in, "many", fmt.Sprintf("f%02d", i))
+		manyIno[p] = ino(t, p, nil)
 	}
 	takeover := forkNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
 	r, err := os.Open(filepath.Join(in, "big.bin"))
@@ -225,6 +231,11 @@ func TestDaemonTakeoverOutputs(t *testing.T) {
 	if p, ok := switchPause(d.stderr.String(), d2.stderr.String()); ok {
 		t.Logf("requests paused for %v (old daemon froze → new daemon served)", p)
 	}
+	// Some of the closed files were still queued: the new daemon took the
+	// queue over from the journal.
+	if !strings.Contains(d2.stderr.String(), "writeback: resuming uploads left by a previous run") {
+		t.Errorf("no upload was pending at the switch (the test lost its point):\n%s", d2.stderr)
+	}
 	if _, err := os.Stat(filepath.Join(root, "bkt", "out2", "sub", "ckpt.bin")); !os.IsNotExist(err) {
 		t.Fatalf("sub/ckpt.bin is in the store before its close (%v)", err)
 	}
@@ -236,13 +247,29 @@ func TestDaemonTakeoverOutputs(t *testing.T) {
 	if st, err := w.Stat(); err != nil || st.Size() != int64(len(ckpt)) {
 		t.Fatalf("size of the file written across the takeover: %v, %v; new daemon:\n%s", st.Size(), err, d2.stderr)
 	}
-	// The kernel forgets what it does not hold; what it holds stays.
+	// The nodes the kernel knows keep their numbers across the switch.
+	for p, want := range manyIno {
+		if got := ino(t, p, nil); got != want {
+			t.Fatalf("%s is inode %d after the takeover, was %d", p, got, want)
+		}
+	}
+	// The kernel forgets what it does not hold; what it holds stays. An
+	// input tree numbers a path anew once the kernel forgot it, so a new
+	// number shows the FORGET reached the tree (it is not pinned).
 	dropCaches(t)
+	renumbered := 0
 	for i := range 50 {
 		p := filepath.Join(in, "many", fmt.Sprintf("f%02d", i))
 		if got, err := os.ReadFile(p); err != nil || string(got) != fmt.Sprint(i) {
 			t.Fatalf("%s after the FORGETs: %q, %v", p, got, err)
 		}
+		if ino(t, p, nil) != manyIno[p] {
+			renumbered++
+		}
+	}
+	t.Logf("%d of 50 files looked up before the takeover were forgotten after it", renumbered)
+	if renumbered == 0 {
+		t.Errorf("no file looked up before the takeover was forgotten after the kernel let go of it")
 	}
 	if got := ino(t, filepath.Join(in, "big.bin"), nil); got != rIno {
 		t.Errorf("big.bin, held open, is inode %d after the FORGETs, was %d", got, rIno)
@@ -316,7 +343,14 @@ func forkFailingTakeover(t *testing.T, d *nodeDaemon, dir string, extra ...strin
 	args := append([]string{"daemon", "--state-dir", d.stateDir, "--socket", d.socket,
 		"--cache-dir", filepath.Join(dir, "cache"), "--staging-dir", filepath.Join(dir, "staging"),
 		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--takeover"}, extra...)
-	m := mlfsdCmd(t, args...)
+	return forkCmd(t, mlfsdCmd(t, args...))
+}
+
+// forkCmd forks a process now that execs m only when the returned
+// function is called, which waits for it to exit and returns its exit
+// code and stderr.
+func forkCmd(t *testing.T, m *exec.Cmd) func() (int, string) {
+	t.Helper()
 	cmd := exec.Command("/bin/sh", append([]string{"-c", `read go && exec "$0" "$@"`}, m.Args...)...)
 	cmd.Env = m.Env
 	ossEnv(cmd)
@@ -351,17 +385,86 @@ func forkFailingTakeover(t *testing.T, d *nodeDaemon, dir string, extra ...strin
 			}
 			return 0, stderr.String()
 		case <-time.After(2 * time.Minute):
-			t.Fatalf("the failing takeover did not exit; stderr:\n%s", stderr.String())
+			t.Fatalf("%s did not exit; stderr:\n%s", m.Args[0], stderr.String())
 			return 0, ""
 		}
 	}
 }
 
+// A new daemon killed mid-handover: with MLFSD_TEST_DYING_TAKEOVER set to
+// a handover socket, the test binary speaks the protocol as a new daemon
+// would, says it is ready for the mounts offered, reads the old daemon's
+// "committed", and exits at once: it dies before its acknowledgement.
+func init() {
+	if sock := os.Getenv("MLFSD_TEST_DYING_TAKEOVER"); sock != "" {
+		if err := dyingTakeover(sock); err != nil {
+			fmt.Fprintln(os.Stderr, "dying takeover:", err)
+			os.Exit(1)
+		}
+		os.Exit(3)
+	}
+}
+
+func dyingTakeover(sock string) error {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return err
+	}
+	send := func(m map[string]any) error {
+		body, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		_, err = c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...))
+		return err
+	}
+	recv := func() (map[string]any, error) {
+		var hdr [4]byte
+		oob := make([]byte, unix.CmsgSpace(4*64))
+		// The offer's fds come with its first byte: take them, close them.
+		n, oobn, _, _, err := c.ReadMsgUnix(hdr[:1], oob)
+		if err != nil || n != 1 {
+			return nil, fmt.Errorf("reading: %v", err)
+		}
+		if cms, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, cm := range cms {
+				fds, _ := unix.ParseUnixRights(&cm)
+				for _, fd := range fds {
+					unix.Close(fd)
+				}
+			}
+		}
+		if _, err := io.ReadFull(c, hdr[1:]); err != nil {
+			return nil, err
+		}
+		body := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+		if _, err := io.ReadFull(c, body); err != nil {
+			return nil, err
+		}
+		var m map[string]any
+		return m, json.Unmarshal(body, &m)
+	}
+	if err := send(map[string]any{"type": "hello", "protocol": handover.Protocol, "version": "dying"}); err != nil {
+		return err
+	}
+	if m, err := recv(); err != nil || m["type"] != "offer" {
+		return fmt.Errorf("offer: %v, %v", m["type"], err)
+	}
+	if err := send(map[string]any{"type": "prepared"}); err != nil {
+		return err
+	}
+	if m, err := recv(); err != nil || m["type"] != "committed" {
+		return fmt.Errorf("committed: %v, %v", m["type"], err)
+	}
+	return nil // exits without its ack
+}
+
 // TestDaemonTakeoverFailureKeepsOutputs: takeovers that fail leave the old
 // daemon serving its input and output mounts: a new binary that speaks
-// another handover protocol (refused at once), and one that cannot set the
+// another handover protocol (refused at once), one that cannot set the
 // mounts up (its store endpoint is dead: it fails after the old daemon
-// froze its mounts and described its staged files). Each exits non-zero
+// froze its mounts and described its staged files), and one killed after
+// it said it was ready, before it took the mounts. Each exits non-zero
 // saying why, the old daemon says the handover failed; a reader and a
 // writer mid-file go on through the same fds, the file arrives whole in
 // the store; nothing is unmounted, and a later takeover works.
@@ -391,6 +494,9 @@ func TestDaemonTakeoverFailureKeepsOutputs(t *testing.T) {
 	l.Close()
 	oldProtocol := forkFailingTakeover(t, d, dir, "--oss-endpoint", endpoint, "--handover-protocol", "1")
 	noStore := forkFailingTakeover(t, d, dir, "--oss-endpoint", dead, "--oss-retry-attempts", "1")
+	dyingCmd := mlfsdCmd(t)
+	dyingCmd.Env = append(dyingCmd.Env, "MLFSD_TEST_DYING_TAKEOVER="+filepath.Join(d.stateDir, "takeover.sock"))
+	dying := forkCmd(t, dyingCmd)
 	later := forkNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
 
 	r, err := os.Open(filepath.Join(in, "big.bin"))
@@ -399,13 +505,13 @@ func TestDaemonTakeoverFailureKeepsOutputs(t *testing.T) {
 	}
 	defer r.Close()
 	readAtCheck(t, r, big[:1<<20], 0)
-	ckpt := randomBytes(t, 6<<20)
+	ckpt := randomBytes(t, 4<<20)
 	w, err := os.Create(filepath.Join(out, "ckpt.bin"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	writeAt(t, w, ckpt[:2<<20], 0)
+	writeAt(t, w, ckpt[:1<<20], 0)
 
 	failures := 0
 	for _, c := range []struct {
@@ -414,8 +520,12 @@ func TestDaemonTakeoverFailureKeepsOutputs(t *testing.T) {
 	}{
 		{"another handover protocol", "protocol", oldProtocol},
 		{"a dead store endpoint", "takeover", noStore},
+		{"a new daemon killed before it took the mounts", "", dying},
 	} {
 		code, errOut := c.run()
+		if c.why == "" && code != 3 {
+			t.Fatalf("the dying takeover did not get as far as the commit (exit %d):\n%s", code, errOut)
+		}
 		if code == 0 {
 			t.Fatalf("a takeover with %s succeeded; stderr:\n%s", c.name, errOut)
 		}
@@ -424,8 +534,15 @@ func TestDaemonTakeoverFailureKeepsOutputs(t *testing.T) {
 		}
 		t.Logf("the new daemon with %s said:\n%s", c.name, errOut)
 		failures++
-		if n := strings.Count(d.stderr.String(), "handover failed; this daemon goes on serving"); n != failures {
-			t.Errorf("the old daemon said the handover failed %d times, want %d:\n%s", n, failures, d.stderr)
+		// The old daemon may learn of the failure after the new one exits.
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			n := strings.Count(d.stderr.String(), "handover failed; this daemon goes on serving")
+			if n == failures {
+				break
+			}
+			if n > failures || time.Now().After(deadline) {
+				t.Fatalf("the old daemon said the handover failed %d times, want %d:\n%s", n, failures, d.stderr)
+			}
 		}
 		select {
 		case err := <-d.done:
@@ -435,7 +552,10 @@ func TestDaemonTakeoverFailureKeepsOutputs(t *testing.T) {
 		// The old daemon serves on, the same fds and new files.
 		off := int64(failures) << 20
 		readAtCheck(t, r, big[off:off+1<<20], off)
-		writeAt(t, w, ckpt[failures*2<<20:(failures+1)*2<<20], int64(failures*2<<20))
+		writeAt(t, w, ckpt[failures<<20:(failures+1)<<20], int64(failures<<20))
+	}
+	if !strings.Contains(d.stderr.String(), "the new daemon died before it took the mounts") {
+		t.Errorf("the old daemon does not say the new one died mid-handover:\n%s", d.stderr)
 	}
 	if err := w.Close(); err != nil {
 		t.Fatalf("close of the file written across the failed takeovers: %v", err)

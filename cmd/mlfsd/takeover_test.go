@@ -207,8 +207,10 @@ func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 
 // TestDaemonTakeoverUnderLoad: 8 readers stream their own files from a
 // slow store (256 KiB/s a connection: reads wait on the store, so some are
-// in flight at the switch) while a new daemon takes the mount over; every
-// reader gets every byte right, none sees an error.
+// in flight at the switch) and 4 writers write theirs through the daemon
+// (no passthrough: their writes are requests in flight too) while a new
+// daemon takes the mounts over; every reader gets every byte right, no
+// reader or writer sees an error, every written file arrives whole.
 func TestDaemonTakeoverUnderLoad(t *testing.T) {
 	const readers, size, chunk = 8, 8 << 20, 256 << 10
 	root := t.TempDir()
@@ -218,19 +220,61 @@ func TestDaemonTakeoverUnderLoad(t *testing.T) {
 		files[i] = randomBytes(t, size)
 		os.WriteFile(filepath.Join(root, "bkt", "data", fmt.Sprintf("f%d.bin", i)), files[i], 0o644)
 	}
+	const writers, wchunk, wafter = 4, 4 << 10, 64
+	os.MkdirAll(filepath.Join(root, "bkt", "out"), 0o755)
 	_, endpoint := ossemutest.Start(t, root, ossemu.Options{TTFB: 20 * time.Millisecond, ConnBandwidth: 256 << 10})
 	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
 	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	dir := t.TempDir()
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
-	in := t.TempDir()
+	in, out := t.TempDir(), t.TempDir()
 	if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "--read-only", "oss://bkt/data/", in); code != 0 {
 		t.Fatalf("mount input: %s", errOut)
 	}
+	if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "--output-passthrough=false", "oss://bkt/out/", out); code != 0 {
+		t.Fatalf("mount output: %s", errOut)
+	}
+	takeover := forkNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
 	var started sync.WaitGroup
-	started.Add(readers)
-	errs := make(chan error, readers)
+	started.Add(readers + writers)
+	errs := make(chan error, readers+writers)
 	progress := make([]atomic.Int64, readers)
+	// Each writer appends small chunks at a steady pace (a load, not a
+	// timing: a ticker paces it) until the switch, then wafter more.
+	written := make([]bytes.Buffer, writers)
+	switched := make(chan struct{})
+	for i := 0; i < writers; i++ {
+		go func() {
+			f, err := os.Create(filepath.Join(out, fmt.Sprintf("w%d.bin", i)))
+			started.Done()
+			if err != nil {
+				errs <- err
+				return
+			}
+			tick := time.NewTicker(5 * time.Millisecond)
+			defer tick.Stop()
+			after := 0
+			for off := int64(0); after < wafter; off += wchunk {
+				select {
+				case <-switched:
+					after++
+				default:
+				}
+				p := make([]byte, wchunk)
+				for j := range p {
+					p[j] = byte(i*31 + int(off>>12)*7 + j)
+				}
+				if _, err := f.WriteAt(p, off); err != nil {
+					f.Close()
+					errs <- fmt.Errorf("writer %d at %d: %w", i, off, err)
+					return
+				}
+				written[i].Write(p)
+				<-tick.C
+			}
+			errs <- f.Close()
+		}()
+	}
 	for i := 0; i < readers; i++ {
 		go func() {
 			f, err := os.Open(filepath.Join(in, fmt.Sprintf("f%d.bin", i)))
@@ -258,15 +302,16 @@ func TestDaemonTakeoverUnderLoad(t *testing.T) {
 	}
 	// Every file is open (its handle must survive); the reads run on.
 	started.Wait()
-	d2 := startNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
+	d2 := takeover()
 	if err := d.waitExit(t); err != nil {
 		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
 	}
+	close(switched)
 	var atSwitch []int64
 	for i := range progress {
 		atSwitch = append(atSwitch, progress[i].Load())
 	}
-	for i := 0; i < readers; i++ {
+	for i := 0; i < readers+writers; i++ {
 		select {
 		case err := <-errs:
 			if err != nil {
@@ -280,7 +325,13 @@ func TestDaemonTakeoverUnderLoad(t *testing.T) {
 	if strings.Contains(d2.stderr.String(), "FUSE_NOTIFY_RESEND") {
 		t.Errorf("the kernel refused the resend of the requests in flight:\n%s", d2.stderr)
 	}
-	d2.stop(t)
+	d2.stop(t) // drains the output
+	for i := range written {
+		t.Logf("writer %d wrote %d bytes across the switch", i, written[i].Len())
+		if got, err := os.ReadFile(filepath.Join(root, "bkt", "out", fmt.Sprintf("w%d.bin", i))); err != nil || !bytes.Equal(got, written[i].Bytes()) {
+			t.Errorf("w%d.bin in the store: %d bytes of %d, %v", i, len(got), written[i].Len(), err)
+		}
+	}
 }
 
 // TestDaemonTakeoverFailureKeepsOldServing: a new daemon that cannot take
