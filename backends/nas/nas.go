@@ -57,6 +57,8 @@ type backend struct {
 	// acquire it once at their top; helpers below them assume it is held.
 	mu     sync.RWMutex
 	rootfd int // O_PATH descriptor of the root; -1 once closed
+
+	lists dirCache // wide directories' sorted names, between pages
 }
 
 // New opens the backend rooted at the directory URI u. The root must exist

@@ -3,10 +3,12 @@ package nas
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -579,3 +581,85 @@ const (
 	conformanceKeys  = 2500
 	conformanceLarge = 20<<20 + 3
 )
+
+// A wide directory's sorted names are kept between pages, and a change to
+// the directory is seen at the next page all the same.
+func TestWideDirectoryListingSeesChanges(t *testing.T) {
+	dir := t.TempDir()
+	var want []string
+	for i := range 2 * wideDir {
+		name := fmt.Sprintf("f%04d", i)
+		want = append(want, name)
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Kept names are trusted only once the directory's last change is
+	// racyDir old: no signal tells when that is.
+	time.Sleep(racyDir + 100*time.Millisecond)
+	b := openDir(t, dir)
+	defer b.Close()
+	listAll := func() []string {
+		var keys []string
+		opt := backends.ListOptions{MaxKeys: 100}
+		for {
+			page, err := b.List(t.Context(), opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range page.Objects {
+				keys = append(keys, o.Key)
+			}
+			if page.NextToken == "" {
+				return keys
+			}
+			opt.Token = page.NextToken
+		}
+	}
+	if got := listAll(); !slices.Equal(got, want) {
+		t.Fatalf("listing: %d keys, want %d", len(got), len(want))
+	}
+	if _, ok := b.(*backend).lists.get(dirItemsKey{stamp: dirStampOf(t, dir)}); !ok {
+		t.Fatal("the wide directory's names were not kept")
+	}
+	// Between two pages of a listing: one name goes, one comes.
+	opt := backends.ListOptions{MaxKeys: 100}
+	first, err := b.List(t.Context(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "f0300")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f0300x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want[300] = "f0300x"
+	opt.Token = first.NextToken
+	got := []string{}
+	for _, o := range first.Objects {
+		got = append(got, o.Key)
+	}
+	for opt.Token != "" {
+		page, err := b.List(t.Context(), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Objects {
+			got = append(got, o.Key)
+		}
+		opt.Token = page.NextToken
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("listing across a change: %d keys, want %d (f0300x listed: %v)", len(got), len(want), slices.Contains(got, "f0300x"))
+	}
+}
+
+func dirStampOf(t *testing.T, dir string) dirStamp {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return stampOf(&st)
+}

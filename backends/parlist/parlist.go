@@ -265,18 +265,25 @@ func (l *lister) run(lo, hi string) {
 	}
 }
 
-// probe returns the Key of the first entry after key.
+// probe returns the Key of the first entry after key. A page may come
+// back empty with a token (a store skipped what it does not list, or
+// stopped at a time limit): the probe then follows the token, since an
+// empty page is no proof that nothing follows.
 func (l *lister) probe(key string) (first string, found bool, err error) {
 	opt := l.opt
 	opt.StartAfter, opt.MaxKeys, opt.Links = key, 1, false
-	page, err := l.list(opt)
-	if err != nil {
-		l.fail(err)
-		return "", false, err
+	for {
+		page, err := l.list(opt)
+		if err != nil {
+			l.fail(err)
+			return "", false, err
+		}
+		l.probes.Add(1)
+		if first, found = lastKey(page); found || page.NextToken == "" {
+			return first, found, nil
+		}
+		opt.Token = page.NextToken
 	}
-	l.probes.Add(1)
-	first, found = lastKey(page)
-	return first, found, nil
 }
 
 // sample returns a page's keys, sorted, and the runes of their names

@@ -319,3 +319,38 @@ func TestErrorStopsListing(t *testing.T) {
 		t.Fatalf("List over a failing store: %v, want %v", err, errBroken)
 	}
 }
+
+// emptyFirstPage answers every listing's first page (probes included)
+// with no entries and a token, as a store may that stops at a time limit.
+type emptyFirstPage struct{ backends.Backend }
+
+const emptyToken = "\x00again"
+
+func (s emptyFirstPage) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
+	switch opt.Token {
+	case "":
+		return backends.ListPage{NextToken: emptyToken}, nil
+	case emptyToken:
+		opt.Token = ""
+	}
+	return s.Backend.List(ctx, opt)
+}
+
+// TestEmptyPagesWithToken: an empty page that carries a token proves
+// nothing ends there, for ranges and probes alike.
+func TestEmptyPagesWithToken(t *testing.T) {
+	root := t.TempDir()
+	files, dirs := wideNames(3000)
+	writeTree(t, filepath.Join(root, bucket, "w"), files, dirs)
+	b := emptyFirstPage{startOSS(t, root)}
+	opt := backends.ListOptions{Prefix: "w/", MaxKeys: 100}
+	var st parlist.Stats
+	got, err := parlist.List(t.Context(), b, opt, parlist.Options{Stats: &st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "listing of a store with empty first pages", got, sequential(t, b, opt))
+	if st.Ranges < 2 {
+		t.Errorf("%d ranges: the listing was not split", st.Ranges)
+	}
+}
