@@ -420,16 +420,14 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	m := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), ACL: acl, Tags: tags}
-	publish := s.publish
 	if excl {
-		publish = s.publishIfAbsent
+		s.putIfAbsent(w, r, rc, f, meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), ACL: acl, Tags: tags})
+		return
 	}
-	oi, err := publish(f, rc.bucket, rc.key, m)
+	m := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), ACL: acl, Tags: tags}
+	oi, err := s.publish(f, rc.bucket, rc.key, m)
 	if err != nil {
-		if !s.conditionalError(w, r, rc, err) {
-			s.receiveError(w, r, rc, err)
-		}
+		s.receiveError(w, r, rc, err)
 		return
 	}
 	w.Header().Set("ETag", `"`+oi.ETag+`"`)
