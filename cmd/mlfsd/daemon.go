@@ -71,7 +71,8 @@ Logs are JSON unless --log-format says otherwise.`,
 	f.StringVar(&socket, "socket", "", "path of the API's unix socket (required; made mode 0600)")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9469")
 	f.BoolVar(&takeover, "takeover", false, "take the live mounts of the daemon running with this --state-dir and --socket, which then exits (an upgrade without unmounting)")
-	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
+	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
+	node.AddFlags(f, &a.settings, node.GroupS3)
 	return c
 }
 
