@@ -18,21 +18,22 @@ import (
 )
 
 // WriteExclusive implements backends.ExclusiveWriter with a PUT carrying
-// If-None-Match: * (S3 conditional writes; MinIO, SeaweedFS and the
-// emulator's S3 face honour it too). The store decides atomically: of
+// If-None-Match: * (S3 conditional writes, which current MinIO and the
+// emulator's S3 face honour too). The store decides atomically: of
 // racing writers the first to finish wins, the others get 412
 // PreconditionFailed, reported as ErrExist. A 409 ConditionalRequestConflict
 // (the key changed while the PUT was in flight) is retried, as S3 asks,
 // and the condition then decides.
 //
-// A store that ignores If-None-Match (older MinIO or SeaweedFS releases)
+// A store that ignores If-None-Match (older releases of S3-compatible stores)
 // would let every racer win: the first WriteExclusive of a backend proves
 // the store honours it, on a probe object next to key, and WriteExclusive
 // fails with ErrUnsupported where it does not.
 //
 // A retry after a lost response may find the object our own earlier try
 // wrote: a 412 on a retry is ours, not a loss, when the object's ETag is
-// the MD5 of our data.
+// the MD5 of our data. (A racer that wrote the very same bytes cannot be
+// told apart; leases and claims name their holder, so theirs differ.)
 func (b *Backend) WriteExclusive(ctx context.Context, key string, data []byte) (backends.ObjectInfo, error) {
 	if key == "" || strings.HasSuffix(key, "/") {
 		return backends.ObjectInfo{}, backends.Wrap("write", key, backends.ErrInvalid, errors.New("not an object key"))
@@ -107,7 +108,7 @@ func (b *Backend) checkConditional(ctx context.Context, key string) error {
 	switch {
 	case err == nil:
 		b.cond.err = backends.Wrap("write", key, backends.ErrUnsupported,
-			fmt.Errorf("the store at %s ignores If-None-Match on PUT (an older MinIO or SeaweedFS?): create-if-absent cannot be made safe there", b.where()))
+			fmt.Errorf("the store at %s ignores If-None-Match on PUT (an older S3-compatible store?): create-if-absent cannot be made safe there", b.where()))
 	case !lost:
 		return b.wrapErr("write", key, fmt.Errorf("probing If-None-Match support: %w", err))
 	}

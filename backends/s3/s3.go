@@ -29,6 +29,7 @@ import (
 	awsmw "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	awscreds "github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
@@ -353,8 +354,12 @@ func (b *Backend) dirExists(ctx context.Context, key string) (bool, error) {
 	return len(res.Contents) > 0 || len(res.CommonPrefixes) > 0, nil
 }
 
+// listRaw lists one page, with its keys and prefixes decoded: they are
+// asked for URL-encoded (encoding-type=url), since XML 1.0 cannot carry
+// every byte a key may hold (control characters), and the SDK does not
+// decode them.
 func (b *Backend) listRaw(ctx context.Context, prefix, delim, token string, max int) (*s3.ListObjectsV2Output, error) {
-	in := &s3.ListObjectsV2Input{Bucket: &b.bucket, Prefix: aws.String(prefix), MaxKeys: aws.Int32(int32(max))}
+	in := &s3.ListObjectsV2Input{Bucket: &b.bucket, Prefix: aws.String(prefix), MaxKeys: aws.Int32(int32(max)), EncodingType: types.EncodingTypeUrl}
 	if delim != "" {
 		in.Delimiter = aws.String(delim)
 	}
@@ -365,9 +370,31 @@ func (b *Backend) listRaw(ctx context.Context, prefix, delim, token string, max 
 	err := b.retry(ctx, func() error {
 		var err error
 		out, err = b.client.ListObjectsV2(ctx, in)
-		return err
+		if err != nil || out.EncodingType != types.EncodingTypeUrl {
+			return err // a store that ignored encoding-type sent plain keys
+		}
+		for i := range out.Contents {
+			if out.Contents[i].Key, err = decodeKey(out.Contents[i].Key); err != nil {
+				return err
+			}
+		}
+		for i := range out.CommonPrefixes {
+			if out.CommonPrefixes[i].Prefix, err = decodeKey(out.CommonPrefixes[i].Prefix); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return out, err
+}
+
+// decodeKey undoes encoding-type=url ('+' and %20 are spaces).
+func decodeKey(k *string) (*string, error) {
+	d, err := url.QueryUnescape(aws.ToString(k))
+	if err != nil {
+		return nil, backends.Wrap("list", aws.ToString(k), backends.ErrInvalid, fmt.Errorf("listing sent a badly encoded key: %w", err))
+	}
+	return &d, nil
 }
 
 // List implements backends.Backend. Non-recursive listings report

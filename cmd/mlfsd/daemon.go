@@ -79,7 +79,8 @@ Logs are JSON unless --log-format says otherwise.`,
 	// For tests of a refused takeover: ask for another handover protocol.
 	f.IntVar(&protocol, "handover-protocol", 0, "handover protocol to ask for with --takeover (0: this binary's)")
 	f.MarkHidden("handover-protocol")
-	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
+	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
+	node.AddFlags(f, &a.settings, node.GroupS3)
 	return c
 }
 

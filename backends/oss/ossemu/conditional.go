@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -85,6 +86,21 @@ func (s *Server) publishIfAbsent(f *os.File, bucket, key string, m meta) (objInf
 		return objInfo{}, errConflict
 	}
 	return objInfo{}, err
+}
+
+// putIfAbsent ends a PUT with If-None-Match: *, whose body is in f with
+// metadata m, as handlePut ends a plain one.
+func (s *Server) putIfAbsent(w http.ResponseWriter, r *http.Request, rc *reqCtx, f *os.File, m meta) {
+	oi, err := s.publishIfAbsent(f, rc.bucket, rc.key, m)
+	if err != nil {
+		if !s.conditionalError(w, r, rc, err) {
+			s.receiveError(w, r, rc, err)
+		}
+		return
+	}
+	w.Header().Set("ETag", `"`+oi.ETag+`"`)
+	w.Header().Set("x-oss-hash-crc64ecma", strconv.FormatUint(oi.CRC64, 10))
+	w.WriteHeader(http.StatusOK)
 }
 
 // conditionalError answers a conditional write that failed its condition

@@ -420,11 +420,13 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	if excl {
+		s.putIfAbsent(w, r, rc, f, meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), ACL: acl, Tags: tags})
+		return
+	}
 	m := meta{ETag: hw.etag(), CRC64: hw.crc.Sum64(), HasCRC: true, CType: r.Header.Get("Content-Type"), User: userMeta(r.Header), ACL: acl, Tags: tags}
 	publish := s.publish
-	if excl {
-		publish = s.publishIfAbsent
-	} else if strings.EqualFold(r.Header.Get("X-Oss-Forbid-Overwrite"), "true") {
+	if strings.EqualFold(r.Header.Get("X-Oss-Forbid-Overwrite"), "true") {
 		// As OSS: the PUT succeeds only if the key is free, atomically.
 		publish = s.publishNew
 	}
@@ -434,9 +436,7 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		return
 	}
 	if err != nil {
-		if !s.conditionalError(w, r, rc, err) {
-			s.receiveError(w, r, rc, err)
-		}
+		s.receiveError(w, r, rc, err)
 		return
 	}
 	w.Header().Set("ETag", `"`+oi.ETag+`"`)
