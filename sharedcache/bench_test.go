@@ -256,6 +256,12 @@ func benchNodes(b *testing.B, n int, sched string, flight bool) {
 				b.Fatalf("node %d read %d bytes of %d", i+1, r.bytes, want)
 			}
 		}
+		var won, waits, timeouts, fallbacks int64
+		for _, nd := range nodes {
+			st := nd.tier.Stats()
+			won, waits, timeouts, fallbacks = won+st.FlightsWon, waits+st.FlightWaits, timeouts+st.FlightTimeouts, fallbacks+st.Fallbacks
+		}
+		b.Logf("%s nodes=%d: flights won %d, waits %d, timeouts %d; tier fallbacks %d", sched, n, won, waits, timeouts, fallbacks)
 		// Node 1 again, warm from its own disk: a fresh cache on its dir.
 		if err := nodes[0].c.Close(); err != nil {
 			b.Fatal(err)
