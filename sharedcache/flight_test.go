@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
@@ -252,6 +254,22 @@ func TestStaleMarker(t *testing.T) {
 	}
 	if st.FlightsWon == 0 {
 		t.Errorf("no claim won: the stale marker was not taken over (%+v)", st)
+	}
+	// The node's /metrics says the same.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(tier.Collector())
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		got[f.GetName()] = f.GetMetric()[0].GetCounter().GetValue()
+	}
+	for name, want := range map[string]int64{MetricFlightsWon: st.FlightsWon, MetricFlightWaits: st.FlightWaits, MetricFlightTimeouts: st.FlightTimeouts} {
+		if v, ok := got[name]; !ok || v != float64(want) {
+			t.Errorf("metric %s = %v (exported: %v); Stats say %d", name, v, ok, want)
+		}
 	}
 	if sent := fs.bytesOut(); sent < fs.dataset() {
 		t.Errorf("the source sent %d bytes of a %d-byte dataset", sent, fs.dataset())
