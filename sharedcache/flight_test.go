@@ -143,7 +143,8 @@ func markers(t *testing.T, store backends.Backend) []string {
 }
 
 // TestNodesTogether: three nodes (Tiers, each its own holder) over one
-// shared store read the same dataset from one source at the same moment.
+// shared store (OSS emulator, NAS directory, HDFS emulator) read the same
+// dataset from one source at the same moment.
 // With single flight the source sends about the dataset once (counted by
 // the source emulator), not three times, and every byte read is right.
 // The same run without single flight shows what it saves.
@@ -151,7 +152,7 @@ func TestNodesTogether(t *testing.T) {
 	for _, store := range []struct {
 		name string
 		open func(*testing.T) backends.Backend
-	}{{"oss", ossStore}, {"nas", nasStore}} {
+	}{{"oss", ossStore}, {"nas", nasStore}, {"hdfs", hdfsStore}} {
 		t.Run(store.name, func(t *testing.T) {
 			fs := newFlightSource(t, 3, 6<<20)
 			for _, flight := range []bool{true, false} {
