@@ -16,30 +16,34 @@ import (
 // at the same moment each miss the tier and each read the source: N nodes
 // reading together cost the source N times the dataset. With a store that
 // has a conditional create (backends.ExclusiveWriter), a node about to
-// read a block from the source first claims it: it creates
-// fetching/<block name> with WriteExclusive, a small record of the holder,
-// an expiry (FlightTTL) and the blocks the holder is reading. Of nodes
-// racing for a block exactly one creates the marker and reads the source;
-// the others find the marker held by another live node and wait for the
-// block to appear in the tier (at most FlightWait per block, polling),
-// then read it from there, else read the source after all.
+// read blocks from the source first claims them: it creates
+// fetching/<block name> with WriteExclusive for each, a small record of
+// the holder, an expiry (FlightTTL) and the blocks the holder reads. Of
+// nodes racing for a block exactly one creates the marker and reads the
+// source; the others find the marker held by another live node and wait
+// for the block to appear in the tier (at most FlightWait per block,
+// polling), then read it from there, else read the source after all.
 //
 // What one node alone pays, measured (docs/SHARED-CACHE.md): nothing on
-// its read path. The claim of a range's first block goes out together
-// with the source read of that range, and the source's time to first byte
-// (tens of ms for a remote store) hides the tier's round trip (a
-// millisecond in-cluster); the node waits for the claim only before it
-// uses the first byte. The claims of the range's other blocks go out
-// behind the reader, one goroutine per range, and the reader only looks at
-// those already answered. A node waits only when a marker of ANOTHER
-// holder exists. A losing node cancels its source read before the first
-// byte arrives, so the source sends ~nothing twice.
+// its read path. The claims of a range's blocks go out in parallel and
+// together with the range's one source read, whose time to first byte
+// (tens of ms for a remote store) hides their round trip (about a
+// millisecond in-cluster); the reader waits for them only before it uses
+// the first byte. A node that loses the first block's claim cancels its
+// source read before the source sent anything; one that holds only the
+// first blocks of the range reads those alone. When claims are measured
+// slower than the source's first byte, the node claims first and then
+// reads (it is contended anyway), so a loser never costs source bytes.
+// A node waits only when a marker of ANOTHER live holder exists.
 //
-// Markers are deleted by their holder once the block is written to the
-// tier (or dropped, or not read after all), so the tier holds markers only
-// for blocks in flight. A marker past its expiry (its holder died) is
-// overwritten by the next node that needs the block; so is one of a holder
-// this node already waited for in vain.
+// A holder deletes its markers of blocks it did not write to the tier
+// (dropped, or not read after all), so nobody waits for them. The markers
+// of written blocks stay until they are swept (sweep.go: older than
+// FlightTTL) or a lifecycle rule removes them: a node that missed a block
+// just before it was written then finds the claim and reads the tier, not
+// the source. A marker past its expiry, torn, or of a holder that this
+// node already waited for in vain is overwritten by the next node that
+// needs the block.
 
 // flightPrefix holds the claim markers, beside blocksPrefix.
 const flightPrefix = "fetching/"
@@ -291,8 +295,9 @@ func (t *Tier) overwriteClaim(ctx context.Context, name string, body []byte) err
 	return err
 }
 
-// release deletes this node's marker of a block (written to the tier,
-// dropped, or not read after all), in the background; Flush waits for it.
+// release deletes this node's marker of a block it will not write to the
+// tier (dropped, or not read after all), in the background; Flush waits
+// for it.
 func (t *Tier) release(name string) {
 	if t.ew == nil || !t.forget(name) {
 		return

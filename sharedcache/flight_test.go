@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
@@ -141,7 +143,8 @@ func markers(t *testing.T, store backends.Backend) []string {
 }
 
 // TestNodesTogether: three nodes (Tiers, each its own holder) over one
-// shared store read the same dataset from one source at the same moment.
+// shared store (OSS emulator, NAS directory, HDFS emulator) read the same
+// dataset from one source at the same moment.
 // With single flight the source sends about the dataset once (counted by
 // the source emulator), not three times, and every byte read is right.
 // The same run without single flight shows what it saves.
@@ -149,7 +152,7 @@ func TestNodesTogether(t *testing.T) {
 	for _, store := range []struct {
 		name string
 		open func(*testing.T) backends.Backend
-	}{{"oss", ossStore}, {"nas", nasStore}} {
+	}{{"oss", ossStore}, {"nas", nasStore}, {"hdfs", hdfsStore}} {
 		t.Run(store.name, func(t *testing.T) {
 			fs := newFlightSource(t, 3, 6<<20)
 			for _, flight := range []bool{true, false} {
@@ -252,6 +255,22 @@ func TestStaleMarker(t *testing.T) {
 	}
 	if st.FlightsWon == 0 {
 		t.Errorf("no claim won: the stale marker was not taken over (%+v)", st)
+	}
+	// The node's /metrics says the same.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(tier.Collector())
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		got[f.GetName()] = f.GetMetric()[0].GetCounter().GetValue()
+	}
+	for name, want := range map[string]int64{MetricFlightsWon: st.FlightsWon, MetricFlightWaits: st.FlightWaits, MetricFlightTimeouts: st.FlightTimeouts} {
+		if v, ok := got[name]; !ok || v != float64(want) {
+			t.Errorf("metric %s = %v (exported: %v); Stats say %d", name, v, ok, want)
+		}
 	}
 	if sent := fs.bytesOut(); sent < fs.dataset() {
 		t.Errorf("the source sent %d bytes of a %d-byte dataset", sent, fs.dataset())

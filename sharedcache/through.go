@@ -39,7 +39,9 @@ func (b *through) Read(ctx context.Context, key string, opt backends.ReadOptions
 
 // reader serves [pos, end) of one object version block by block: from the
 // tier while it has the blocks, then from one ranged read of the source
-// for the rest, whose whole blocks it offers to the tier.
+// for the rest, whose whole blocks it offers to the tier. With single
+// flight the source read covers only the blocks this node claimed; for a
+// block another node claimed the reader goes back to the tier and waits.
 type reader struct {
 	ctx     context.Context
 	b       *through

@@ -18,7 +18,9 @@
 // changed object is never served stale. An object no larger than a block is
 // one block: stored whole, in one object. The tier's size is bounded by a
 // sweep that one node at a time runs under a lease (sweep.go), or by the
-// store's own lifecycle rule.
+// store's own lifecycle rule. On a store with a conditional create, nodes
+// that miss the same blocks at once read each from the source once: one
+// claims it, the others wait for it in the tier (flight.go).
 //
 // Lock order: Tier.mu is a leaf.
 package sharedcache
