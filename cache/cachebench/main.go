@@ -96,6 +96,8 @@ type config struct {
 	cacheRoot string
 	// cacheFS is where cacheRoot goes (--cache-root; default --work).
 	cacheFS string
+	// mountEnv is added to the mounts' environment (--mount-env).
+	mountEnv string
 }
 
 func main() {
@@ -119,6 +121,7 @@ func main() {
 	flag.StringVar(&chunk, "ideal-chunk", "8MiB", "range size of the ideal reader (the daemon's largest request)")
 	flag.StringVar(&c.mountFlags, "mount-flags", "", "extra flags for `mlfsd mount` (space-separated)")
 	flag.StringVar(&c.only, "only", "", "run only one part: big, small or list")
+	flag.StringVar(&c.mountEnv, "mount-env", "", "experiment: NAME=VALUE pairs (space-separated) added to the mounts' environment, e.g. GOGC=200")
 	flag.StringVar(&c.cacheFS, "cache-root", "", "directory of the mounts' cache dirs (default: --work); see the note on ext4 without a journal")
 	flag.StringVar(&c.pprofAddr, "pprof-addr", "", "serve net/http/pprof from each mount on this loopback address (MLFSD_PPROF_ADDR)")
 	flag.StringVar(&c.profileDir, "profile-dir", "", "save a CPU profile of the daemon over each timed phase here (needs --pprof-addr)")
@@ -393,6 +396,7 @@ func startMount(c config, emu *emulator, uri, cacheDir, mnt string) (*mount, err
 	if c.pprofAddr != "" {
 		cmd.Env = append(cmd.Env, "MLFSD_PPROF_ADDR="+c.pprofAddr)
 	}
+	cmd.Env = append(cmd.Env, strings.Fields(c.mountEnv)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
