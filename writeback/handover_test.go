@@ -81,3 +81,20 @@ func TestHandoverStaging(t *testing.T) {
 		t.Errorf("staging after the drain: %d blobs, %d records", blobs, records)
 	}
 }
+
+// TestHandoverPauseResume: a paused Store uploads nothing new (a close
+// is journaled and queued); resumed, it uploads it.
+func TestHandoverPauseResume(t *testing.T) {
+	nb, dir := newNAS(t)
+	s := openStore(t, nb, t.TempDir(), nil)
+	ctx := context.Background()
+	s.Pause(ctx)
+	writeFile(t, s, "a.txt", []byte("aaa"))
+	if s.Pending() != 1 {
+		t.Fatalf("pending while paused: %d, want 1", s.Pending())
+	}
+	wantMissing(t, dir, "a.txt")
+	s.Resume()
+	drain(t, s)
+	wantFile(t, dir, "a.txt", []byte("aaa"))
+}
