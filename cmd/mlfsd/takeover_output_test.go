@@ -587,3 +587,80 @@ func TestDaemonTakeoverFailureKeepsOutputs(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonTakeoverNASOutput: an output on a NAS directory (a store with
+// directories, modes and links) handed over with its tree as the job left
+// it: a directory made and one renamed, a symbolic link, a FIFO (which no
+// store holds: it lives in the mount only), modes and owners changed, a
+// file renamed while open for writing; all of it is the same after the
+// switch, the writer goes on, and what reaches the NAS is whole.
+func TestDaemonTakeoverNASOutput(t *testing.T) {
+	nasDir := t.TempDir()
+	dir := t.TempDir()
+	d := startNodeDaemon(t, dir)
+	out := t.TempDir()
+	if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "nas://"+nasDir+"/", out); code != 0 {
+		t.Fatalf("mount output: %s", errOut)
+	}
+	takeover := forkNodeDaemon(t, dir, "--takeover")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(out, "a", "b"), 0o755))
+	must(os.Rename(filepath.Join(out, "a"), filepath.Join(out, "run")))
+	must(os.Symlink("b/ckpt.bin", filepath.Join(out, "run", "latest")))
+	must(syscall.Mkfifo(filepath.Join(out, "run", "fifo"), 0o600))
+	must(os.WriteFile(filepath.Join(out, "run", "b", "done.txt"), []byte("done"), 0o644))
+	must(os.Chmod(filepath.Join(out, "run", "b", "done.txt"), 0o600))
+	data := randomBytes(t, 3<<20)
+	w, err := os.Create(filepath.Join(out, "run", "b", "ckpt.tmp"))
+	must(err)
+	defer w.Close()
+	writeAt(t, w, data[:1<<20], 0)
+	must(os.Rename(filepath.Join(out, "run", "b", "ckpt.tmp"), filepath.Join(out, "run", "b", "ckpt.bin")))
+	before := map[string]uint64{}
+	for _, p := range []string{"run", "run/b", "run/latest", "run/fifo", "run/b/done.txt", "run/b/ckpt.bin"} {
+		var st syscall.Stat_t
+		must(syscall.Lstat(filepath.Join(out, p), &st))
+		before[p] = st.Ino
+	}
+
+	d2 := takeover()
+	if err := d.waitExit(t); err != nil {
+		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
+	}
+	for p, want := range before {
+		var st syscall.Stat_t
+		must(syscall.Lstat(filepath.Join(out, p), &st))
+		if st.Ino != want {
+			t.Errorf("%s is inode %d after the takeover, was %d", p, st.Ino, want)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(out, "run", "latest")); err != nil || target != "b/ckpt.bin" {
+		t.Errorf("link after the takeover: %q, %v", target, err)
+	}
+	if st, err := os.Lstat(filepath.Join(out, "run", "fifo")); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("FIFO after the takeover: %v, %v", st, err)
+	}
+	if st, err := os.Stat(filepath.Join(out, "run", "b", "done.txt")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("mode after the takeover: %v, %v", st, err)
+	}
+	writeAt(t, w, data[1<<20:], 1<<20)
+	must(w.Close())
+	if got, err := os.ReadFile(filepath.Join(out, "run", "latest")); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("reading the file through the link: %d bytes, %v", len(got), err)
+	}
+	d2.stop(t) // drains
+	if got, err := os.ReadFile(filepath.Join(nasDir, "run", "b", "ckpt.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("ckpt.bin on the NAS: %d bytes, %v", len(got), err)
+	}
+	if got, err := os.ReadFile(filepath.Join(nasDir, "run", "b", "done.txt")); err != nil || string(got) != "done" {
+		t.Errorf("done.txt on the NAS: %q, %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(nasDir, "run", "b", "ckpt.tmp")); !os.IsNotExist(err) {
+		t.Errorf("the name renamed away is on the NAS: %v", err)
+	}
+}
