@@ -36,9 +36,18 @@ package fs
 // lookup gives go-fuse a count of 1 for the whole debt, the FORGETs that
 // pay the debt off are kept from go-fuse until the last one, which passes
 // that 1 on. So go-fuse drops a node exactly when the kernel's count
-// reaches zero, and not before (see handoverFS.Forget). File handles: go-fuse hands out the lowest free
-// number, so the new daemon opens the handed-over handles in order,
-// filling the gaps with directory handles of the root it then releases.
+// reaches zero, and not before (see handoverFS.Forget). A node the new
+// daemon never had (the old one's, no longer in its tree) has its FORGETs
+// dropped, as go-fuse would take them for a protocol error.
+//
+// File handles: go-fuse hands out the lowest free number, so the new
+// daemon opens the handed-over handles in order (without O_TRUNC, O_CREAT
+// or O_EXCL), filling the gaps with directory handles of the root it then
+// releases.
+//
+// Each tree hands over its own state (Snapshot.Tree): an input tree its
+// listings (input_handover.go), an output tree itself, node for node
+// (output_handover.go).
 //
 // Requests in flight: the old daemon freezes (every request it reads from
 // then on waits), finishes what it was answering, hands over and exits.
