@@ -90,7 +90,14 @@ type Snapshot struct {
 	Handles []HandleState `json:"handles"`
 	// Tree is the tree's own state (an input tree's listings).
 	Tree json.RawMessage `json:"tree,omitempty"`
+	// Uncounted: the snapshot has no lookup counts (handover protocol 1):
+	// its nodes are pinned, never forgotten (the kernel's FORGETs of them
+	// are not passed on), which can only keep them in memory.
+	Uncounted bool `json:"-"`
 }
+
+// pinned is the debt that pins a node: never paid off.
+const pinned = 1 << 62
 
 // NodeState is one node of the tree: its ID, where it is, and how many
 // lookups of it the kernel holds (0: the tree has it, the kernel not).
@@ -809,7 +816,9 @@ func adopt(fd int, mountpoint string, snap *Snapshot, root gofs.InodeEmbedder, i
 	// goes after its children).
 	for i := len(nodes) - 1; i >= 0; i-- {
 		n := nodes[i]
-		if n.Lookups > 0 {
+		if snap.Uncounted {
+			hfs.owe(n.ID, pinned)
+		} else if n.Lookups > 0 {
 			hfs.owe(n.ID, n.Lookups)
 		} else {
 			hfs.RawFileSystem.Forget(n.ID, 1)
