@@ -127,8 +127,8 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 		hm := HandoverMount{Request: m.req, Credentials: HandoverCredentials(m.req.Credentials),
 			Info: m.info, Snapshot: snap, Fd: m.srv.Fd()}
 		if m.store != nil {
-			// Frozen: no request runs on the Store's handles. Its
-			// uploads go on until Commit.
+			// Frozen: no request runs on the Store's handles, and its
+			// uploads are paused.
 			st := m.store.Handover()
 			hm.Staging = &st
 		}
@@ -180,7 +180,7 @@ func (h *Handover) Commit() error {
 	n.closed = true
 	n.mu.Unlock()
 	var errs []error
-	// The output Stores stop (paused since the freeze): an upload still
+	// The output Stores stop (paused before the freeze): an upload still
 	// in flight is cancelled, which the journal makes safe; the new daemon
 	// opens the staging dirs and uploads what is pending.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
