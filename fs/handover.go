@@ -811,17 +811,16 @@ func adopt(fd int, mountpoint string, snap *Snapshot, root gofs.InodeEmbedder, i
 		ids[n.Path] = n.ID
 	}
 	// go-fuse now holds one lookup of every node: the kernel's count of a
-	// node it holds becomes a debt that its FORGETs pay off; a node only
-	// in the tree gives that one lookup back, deepest first (a directory
-	// goes after its children).
-	for i := len(nodes) - 1; i >= 0; i-- {
-		n := nodes[i]
-		if snap.Uncounted {
+	// node it holds becomes a debt that its FORGETs pay off. A node the
+	// tree has and the kernel does not (by the count) keeps that lookup:
+	// were the count ever short, dropping it would leave the kernel with
+	// a node go-fuse does not know (a crash); keeping it costs memory.
+	for _, n := range nodes {
+		switch {
+		case snap.Uncounted:
 			hfs.owe(n.ID, pinned)
-		} else if n.Lookups > 0 {
+		case n.Lookups > 0:
 			hfs.owe(n.ID, n.Lookups)
-		} else {
-			hfs.RawFileSystem.Forget(n.ID, 1)
 		}
 	}
 	inos.replay = nil
