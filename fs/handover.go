@@ -36,9 +36,18 @@ package fs
 // lookup gives go-fuse a count of 1 for the whole debt, the FORGETs that
 // pay the debt off are kept from go-fuse until the last one, which passes
 // that 1 on. So go-fuse drops a node exactly when the kernel's count
-// reaches zero, and not before (see handoverFS.Forget). File handles: go-fuse hands out the lowest free
-// number, so the new daemon opens the handed-over handles in order,
-// filling the gaps with directory handles of the root it then releases.
+// reaches zero, and not before (see handoverFS.Forget). A node the new
+// daemon never had (the old one's, no longer in its tree) has its FORGETs
+// dropped, as go-fuse would take them for a protocol error.
+//
+// File handles: go-fuse hands out the lowest free number, so the new
+// daemon opens the handed-over handles in order (without O_TRUNC, O_CREAT
+// or O_EXCL), filling the gaps with directory handles of the root it then
+// releases.
+//
+// Each tree hands over its own state (Snapshot.Tree): an input tree its
+// listings (input_handover.go), an output tree itself, node for node
+// (output_handover.go).
 //
 // Requests in flight: the old daemon freezes (every request it reads from
 // then on waits), finishes what it was answering, hands over and exits.
@@ -81,7 +90,14 @@ type Snapshot struct {
 	Handles []HandleState `json:"handles"`
 	// Tree is the tree's own state (an input tree's listings).
 	Tree json.RawMessage `json:"tree,omitempty"`
+	// Uncounted: the snapshot has no lookup counts (handover protocol 1):
+	// its nodes are pinned, never forgotten (the kernel's FORGETs of them
+	// are not passed on), which can only keep them in memory.
+	Uncounted bool `json:"-"`
 }
+
+// pinned is the debt that pins a node: never paid off.
+const pinned = 1 << 62
 
 // NodeState is one node of the tree: its ID, where it is, and how many
 // lookups of it the kernel holds (0: the tree has it, the kernel not).
@@ -795,15 +811,16 @@ func adopt(fd int, mountpoint string, snap *Snapshot, root gofs.InodeEmbedder, i
 		ids[n.Path] = n.ID
 	}
 	// go-fuse now holds one lookup of every node: the kernel's count of a
-	// node it holds becomes a debt that its FORGETs pay off; a node only
-	// in the tree gives that one lookup back, deepest first (a directory
-	// goes after its children).
-	for i := len(nodes) - 1; i >= 0; i-- {
-		n := nodes[i]
-		if n.Lookups > 0 {
+	// node it holds becomes a debt that its FORGETs pay off. A node the
+	// tree has and the kernel does not (by the count) keeps that lookup:
+	// were the count ever short, dropping it would leave the kernel with
+	// a node go-fuse does not know (a crash); keeping it costs memory.
+	for _, n := range nodes {
+		switch {
+		case snap.Uncounted:
+			hfs.owe(n.ID, pinned)
+		case n.Lookups > 0:
 			hfs.owe(n.ID, n.Lookups)
-		} else {
-			hfs.RawFileSystem.Forget(n.ID, 1)
 		}
 	}
 	inos.replay = nil

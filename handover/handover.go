@@ -10,6 +10,10 @@
 //	old        stops its uploads, closes its cache, exits without unmounting
 //	new        waits for the old process to be gone, then serves
 //
+// A new daemon refused by a daemon of protocol 1 asks again in protocol 1
+// (inputs only, no lookup counts); an old daemon answers a hello of any
+// protocol from 1 to Protocol in that protocol.
+//
 // Until the old daemon commits, a failure anywhere (the new daemon
 // refusing, failing to set a mount up, dying before its ack) leaves it
 // serving (its mounts were only frozen) and both sides log why; the new
@@ -27,6 +31,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,6 +44,11 @@ import (
 // 2: output mounts (their trees and staged files open for writing) and the
 // kernel's lookup count of every node.
 const Protocol = 2
+
+// minProtocol is the oldest protocol spoken, both ways. Protocol 1 carries
+// input mounts only, and no lookup counts: the nodes of its snapshots are
+// pinned (never forgotten) by the daemon that takes them.
+const minProtocol = 1
 
 // SocketPath is the handover socket of the daemon with this state dir.
 func SocketPath(stateDir string) string { return filepath.Join(stateDir, "takeover.sock") }
@@ -151,7 +161,7 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 		send(c, message{Type: "refuse", Error: err.Error()}, nil)
 		return false, err
 	}
-	if hello.Type != "hello" || hello.Protocol != Protocol {
+	if hello.Type != "hello" || hello.Protocol < minProtocol || hello.Protocol > Protocol {
 		return refuse(fmt.Errorf("the new daemon (version %q) speaks handover protocol %d, this one (version %q) %d", hello.Version, hello.Protocol, version, Protocol))
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -160,12 +170,20 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 	if err != nil {
 		return refuse(err)
 	}
+	if hello.Protocol < 2 {
+		for _, m := range hv.Mounts {
+			if !m.Request.ReadOnly {
+				hv.Abort()
+				return refuse(fmt.Errorf("%s is an output mount, which the new daemon's handover protocol %d cannot carry", m.Info.Target, hello.Protocol))
+			}
+		}
+	}
 	fds = fds[:0]
 	for _, m := range hv.Mounts {
 		fds = append(fds, m.Fd)
 	}
 	log.Info("handover: mounts frozen and offered", "mounts", len(hv.Mounts), "new_version", hello.Version)
-	if err := send(c, message{Type: "offer", Protocol: Protocol, Version: version, Mounts: hv.Mounts}, fds); err != nil {
+	if err := send(c, message{Type: "offer", Protocol: hello.Protocol, Version: version, Mounts: hv.Mounts}, fds); err != nil {
 		hv.Abort()
 		return false, fmt.Errorf("sending the offer: %w", err)
 	}
@@ -225,9 +243,27 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 // protocol is the protocol to ask for: 0 is Protocol (another value is for
 // tests of a refused handover).
 func Take(ctx context.Context, socket string, n *node.Node, version string, protocol int, log *slog.Logger, committed func()) error {
-	if protocol == 0 {
-		protocol = Protocol
+	if protocol != 0 {
+		return take(ctx, socket, n, version, protocol, log, committed)
 	}
+	err := take(ctx, socket, n, version, Protocol, log, committed)
+	var old *olderProtocol
+	if errors.As(err, &old) {
+		// A daemon of before protocol 2 refuses any other: ask again in
+		// its own (its mounts are inputs; their nodes are pinned).
+		log.Info("handover: the running daemon speaks an older handover protocol; taking over in protocol 1", "refusal", old.refusal)
+		return take(ctx, socket, n, version, 1, log, committed)
+	}
+	return err
+}
+
+// olderProtocol is the refusal of a daemon that speaks only protocol 1,
+// which says so in these words.
+type olderProtocol struct{ refusal string }
+
+func (e *olderProtocol) Error() string { return e.refusal }
+
+func take(ctx context.Context, socket string, n *node.Node, version string, protocol int, log *slog.Logger, committed func()) error {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("connecting to the running daemon's handover socket %s: %w", socket, err)
@@ -251,6 +287,9 @@ func Take(ctx context.Context, socket string, n *node.Node, version string, prot
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
+		if protocol > 1 && offer.Protocol == 0 && strings.Contains(offer.Error, "speaks handover protocol") && strings.HasSuffix(offer.Error, " 1") {
+			return &olderProtocol{refusal: offer.Error}
+		}
 		return fmt.Errorf("the running daemon (pid %d) refused the handover: %s", pid, offer.Error)
 	}
 	if len(fds) != len(offer.Mounts) {
@@ -262,6 +301,9 @@ func Take(ctx context.Context, socket string, n *node.Node, version string, prot
 	}
 	for i := range offer.Mounts {
 		offer.Mounts[i].Fd = fds[i]
+		if offer.Protocol < 2 && offer.Mounts[i].Snapshot != nil {
+			offer.Mounts[i].Snapshot.Uncounted = true
+		}
 	}
 	ad, err := n.Adopt(ctx, offer.Mounts)
 	if err != nil {

@@ -113,3 +113,42 @@ func TestMessagesCarryFds(t *testing.T) {
 		unix.Close(fd)
 	}
 }
+
+// TestTakeAsksProtocol1OfAnOlderDaemon: a daemon of protocol 1 refuses any
+// other in its own words; the new daemon then asks again in protocol 1.
+func TestTakeAsksProtocol1OfAnOlderDaemon(t *testing.T) {
+	sock := t.TempDir() + "/takeover.sock"
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	asked := make(chan int, 2)
+	go func() {
+		for i := 0; i < 2; i++ {
+			c, err := l.AcceptUnix()
+			if err != nil {
+				return
+			}
+			hello, _, err := recv(c)
+			if err != nil {
+				c.Close()
+				return
+			}
+			asked <- hello.Protocol
+			refusal := fmt.Sprintf("the new daemon (version %q) speaks handover protocol %d, this one (version %q) 1", hello.Version, hello.Protocol, "old")
+			if hello.Protocol == 1 {
+				refusal = "no mounts today"
+			}
+			send(c, message{Type: "refuse", Error: refusal}, nil) // as protocol 1 did: no protocol field
+			c.Close()
+		}
+	}()
+	err = Take(context.Background(), sock, newNode(t), "new", 0, slog.New(slog.DiscardHandler), nil)
+	if err == nil || !strings.Contains(err.Error(), "no mounts today") {
+		t.Fatalf("Take = %v; want the refusal of the second attempt", err)
+	}
+	if a, b := <-asked, <-asked; a != Protocol || b != 1 {
+		t.Fatalf("asked for protocols %d then %d, want %d then 1", a, b, Protocol)
+	}
+}

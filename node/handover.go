@@ -94,6 +94,11 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 	n.handover = true
 	n.mu.Unlock()
 
+	// The outputs' uploaders take no new file and those uploading finish
+	// (for a few seconds at most) before the mounts freeze, so that the
+	// mounts are not frozen while they do.
+	h.pauseStores()
+
 	fail := func(err error) (*Handover, error) {
 		h.Abort()
 		return nil, err
@@ -103,6 +108,11 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 		if err := m.srv.Freeze(ctx); err != nil {
 			for _, f := range frozen {
 				f.srv.Thaw()
+			}
+			for _, m := range h.mounts {
+				if m.store != nil {
+					m.store.Resume()
+				}
 			}
 			h.mounts = nil
 			return fail(err)
@@ -117,8 +127,8 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 		hm := HandoverMount{Request: m.req, Credentials: HandoverCredentials(m.req.Credentials),
 			Info: m.info, Snapshot: snap, Fd: m.srv.Fd()}
 		if m.store != nil {
-			// Frozen: no request runs on the Store's handles. Its
-			// uploads go on until Commit.
+			// Frozen: no request runs on the Store's handles, and its
+			// uploads are paused.
 			st := m.store.Handover()
 			hm.Staging = &st
 		}
@@ -127,19 +137,37 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 	return h, nil
 }
 
+// pauseStores pauses the uploads of the outputs, side by side, within
+// one deadline.
+func (h *Handover) pauseStores() {
+	ctx, cancel := context.WithTimeout(context.Background(), storeStopTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, m := range h.mounts {
+		if m.store != nil {
+			wg.Go(func() { m.store.Pause(ctx) })
+		}
+	}
+	wg.Wait()
+}
+
 // Abort thaws the mounts: the node serves them on as before.
 func (h *Handover) Abort() {
 	for _, m := range h.mounts {
 		m.srv.Thaw()
+		if m.store != nil {
+			m.store.Resume()
+		}
 	}
 	h.n.mu.Lock()
 	h.n.handover = false
 	h.n.mu.Unlock()
 }
 
-// storeStopTimeout bounds the wait, at a handover, for uploads in flight:
-// every mount is frozen meanwhile. An upload still running then is
-// cancelled (never published in part) and the new daemon sends it again.
+// storeStopTimeout bounds the wait, at a handover, for uploads in flight
+// (before the mounts freeze). An upload still running then is cancelled
+// at the commit (never published in part) and the new daemon sends it
+// again.
 const storeStopTimeout = 3 * time.Second
 
 // Commit gives the mounts up to the new process, which serves them once
@@ -152,20 +180,25 @@ func (h *Handover) Commit() error {
 	n.closed = true
 	n.mu.Unlock()
 	var errs []error
-	// The output Stores stop: their uploads in flight finish (for a few
-	// seconds: the mounts are frozen meanwhile) or are cancelled, which
-	// the journal makes safe; the new daemon opens the staging dirs and
-	// uploads what is pending.
-	for _, m := range h.mounts {
+	// The output Stores stop (paused before the freeze): an upload still
+	// in flight is cancelled, which the journal makes safe; the new daemon
+	// opens the staging dirs and uploads what is pending.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	var wg sync.WaitGroup
+	stopErrs := make([]error, len(h.mounts))
+	for i, m := range h.mounts {
 		if m.store == nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), storeStopTimeout)
-		if err := m.store.Stop(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("stopping the uploads of %s: %w", m.info.Target, err))
-		}
-		cancel()
+		wg.Go(func() {
+			if err := m.store.Stop(ctx); err != nil {
+				stopErrs[i] = fmt.Errorf("stopping the uploads of %s: %w", m.info.Target, err)
+			}
+		})
 	}
+	wg.Wait()
+	cancel()
+	errs = append(errs, stopErrs...)
 	n.cacheMu.Lock()
 	if n.cache != nil {
 		if err := n.cache.Close(); err != nil {

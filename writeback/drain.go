@@ -71,10 +71,11 @@ func (s *Store) drain(ctx context.Context, progress func(Progress), now func() t
 	// The window opens once the baselines are taken: bytes sent before
 	// are not the drain's.
 	start := now()
-	snapshot := func() (Progress, []string, int, bool) {
+	snapshot := func() (Progress, []string, int, bool, bool) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		busy := s.completing > 0
+		closed := s.closed
 		sent := s.sent.Load() - sentBase
 		p := Progress{FilesDone: s.done.files - base.files, Sent: sent, Elapsed: now().Sub(start)}
 		var failed []string
@@ -100,13 +101,18 @@ func (s *Store) drain(ctx context.Context, progress func(Progress), now func() t
 		if p.FilesDone >= p.FilesTotal {
 			p.BytesDone = p.BytesTotal
 		}
-		return p, failed, open, busy
+		return p, failed, open, busy, closed
 	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	lastReport := start
 	for {
-		p, failed, open, busy := snapshot()
+		p, failed, open, busy, closed := snapshot()
+		if closed && (p.FilesDone < p.FilesTotal || busy) {
+			// Closed under the drain: handed over to another daemon
+			// (Stop), which uploads the rest from the journal.
+			return fmt.Errorf("drain stopped with %d file(s) pending: the staging dir was closed (handed over to a new daemon, which uploads them; drain again there)", p.FilesTotal-p.FilesDone)
+		}
 		if p.FilesDone >= p.FilesTotal && !busy {
 			if progress != nil {
 				progress(p)

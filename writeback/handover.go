@@ -82,11 +82,11 @@ func (s *Store) Handover() HandoverState {
 	return st
 }
 
-// Stop ends the Store for a handover: uploaders take no new file, those
-// uploading finish until ctx is done, then the rest are cancelled, and the
-// Store closes. The journal and the live staging files stay for the Store
-// that takes the dir over.
-func (s *Store) Stop(ctx context.Context) error {
+// Pause prepares a handover: uploaders take no new file, and Pause waits
+// for those uploading to finish, until ctx is done. Files closed meanwhile
+// are journaled and queued as usual. Resume undoes it; Stop ends the
+// Store.
+func (s *Store) Pause(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() {
 		s.mu.Lock()
 		s.cond.Broadcast()
@@ -94,11 +94,28 @@ func (s *Store) Stop(ctx context.Context) error {
 	})
 	defer stop()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.stopping = true
 	s.cond.Broadcast()
 	for ctx.Err() == nil && s.uploadingLocked() {
 		s.cond.Wait()
 	}
+}
+
+// Resume lets the uploaders go on after Pause (the handover failed).
+func (s *Store) Resume() {
+	s.mu.Lock()
+	s.stopping = false
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// Stop ends the Store for a handover: it pauses (see Pause), then closes,
+// which cancels what still uploads (and streams before close). The journal
+// and the live staging files stay for the Store that takes the dir over.
+func (s *Store) Stop(ctx context.Context) error {
+	s.Pause(ctx)
+	s.mu.Lock()
 	if n := s.countUploadingLocked(); n > 0 {
 		s.log.Warn("writeback: handing over with uploads in flight; they are cancelled and the next daemon uploads them again", "files", n)
 	}

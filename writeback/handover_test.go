@@ -28,6 +28,10 @@ func TestHandoverStaging(t *testing.T) {
 	if _, err := w.WriteAt(ctx, data[:1<<20], 0); err != nil {
 		t.Fatal(err)
 	}
+	// A file written and uploaded before the switch: the new Store knows
+	// what the backend holds of it (the tree's listing predates it).
+	writeFile(t, a, "k.bin", []byte("known"))
+	drain(t, a)
 	// A file closed before the switch, its upload held at the commit.
 	f.hold("p.bin")
 	pdata := randBytes(2, 1<<20)
@@ -46,6 +50,9 @@ func TestHandoverStaging(t *testing.T) {
 	if len(got.Live) != 1 || got.Live[0].Key != "w.bin" {
 		t.Fatalf("handed over %+v, want the one file open for writing", got.Live)
 	}
+	if len(got.Known) != 2 {
+		t.Fatalf("handed over as known %+v, want k.bin and p.bin", got.Known)
+	}
 	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	if err := a.Stop(sctx); err != nil {
 		t.Fatal(err)
@@ -55,6 +62,9 @@ func TestHandoverStaging(t *testing.T) {
 	wantMissing(t, dir, "w.bin")
 
 	b := openStore(t, f, staging, func(o *Options) { o.Handover = &got })
+	if info, ok := b.Stat("k.bin"); !ok || info.Size != 5 {
+		t.Fatalf("the new Store's view of a file uploaded before the switch: %+v, %v", info, ok)
+	}
 	// The handle as the new daemon opens it again: no truncation, no base.
 	w2, err := b.Open(ctx, "w.bin", nil, OpenFlags{Write: true})
 	if err != nil {
@@ -80,4 +90,21 @@ func TestHandoverStaging(t *testing.T) {
 	if blobs, records := stagingFiles(t, b); blobs != 0 || records != 0 {
 		t.Errorf("staging after the drain: %d blobs, %d records", blobs, records)
 	}
+}
+
+// TestHandoverPauseResume: a paused Store uploads nothing new (a close
+// is journaled and queued); resumed, it uploads it.
+func TestHandoverPauseResume(t *testing.T) {
+	nb, dir := newNAS(t)
+	s := openStore(t, nb, t.TempDir(), nil)
+	ctx := context.Background()
+	s.Pause(ctx)
+	writeFile(t, s, "a.txt", []byte("aaa"))
+	if s.Pending() != 1 {
+		t.Fatalf("pending while paused: %d, want 1", s.Pending())
+	}
+	wantMissing(t, dir, "a.txt")
+	s.Resume()
+	drain(t, s)
+	wantFile(t, dir, "a.txt", []byte("aaa"))
 }

@@ -492,7 +492,7 @@ func TestDaemonTakeoverFailureKeepsOutputs(t *testing.T) {
 	}
 	dead := "http://" + l.Addr().String()
 	l.Close()
-	oldProtocol := forkFailingTakeover(t, d, dir, "--oss-endpoint", endpoint, "--handover-protocol", "1")
+	oldProtocol := forkFailingTakeover(t, d, dir, "--oss-endpoint", endpoint, "--handover-protocol", "3")
 	noStore := forkFailingTakeover(t, d, dir, "--oss-endpoint", dead, "--oss-retry-attempts", "1")
 	dyingCmd := mlfsdCmd(t)
 	dyingCmd.Env = append(dyingCmd.Env, "MLFSD_TEST_DYING_TAKEOVER="+filepath.Join(d.stateDir, "takeover.sock"))
@@ -585,5 +585,144 @@ func TestDaemonTakeoverFailureKeepsOutputs(t *testing.T) {
 		if isMounted(t, m) {
 			t.Errorf("%s still mounted after the new daemon stopped", m)
 		}
+	}
+}
+
+// TestDaemonTakeoverNASOutput: an output on a NAS directory (a store with
+// directories, modes and links) handed over with its tree as the job left
+// it: a directory made and one renamed, a symbolic link, a FIFO (which no
+// store holds: it lives in the mount only), modes and owners changed, a
+// file renamed while open for writing; all of it is the same after the
+// switch, the writer goes on, and what reaches the NAS is whole.
+func TestDaemonTakeoverNASOutput(t *testing.T) {
+	nasDir := t.TempDir()
+	dir := t.TempDir()
+	d := startNodeDaemon(t, dir)
+	out := t.TempDir()
+	if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "nas://"+nasDir+"/", out); code != 0 {
+		t.Fatalf("mount output: %s", errOut)
+	}
+	takeover := forkNodeDaemon(t, dir, "--takeover")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(out, "a", "b"), 0o755))
+	must(os.Rename(filepath.Join(out, "a"), filepath.Join(out, "run")))
+	must(os.Symlink("b/ckpt.bin", filepath.Join(out, "run", "latest")))
+	must(syscall.Mkfifo(filepath.Join(out, "run", "fifo"), 0o600))
+	must(os.WriteFile(filepath.Join(out, "run", "b", "done.txt"), []byte("done"), 0o644))
+	must(os.Chmod(filepath.Join(out, "run", "b", "done.txt"), 0o600))
+	data := randomBytes(t, 3<<20)
+	w, err := os.Create(filepath.Join(out, "run", "b", "ckpt.tmp"))
+	must(err)
+	defer w.Close()
+	writeAt(t, w, data[:1<<20], 0)
+	must(os.Rename(filepath.Join(out, "run", "b", "ckpt.tmp"), filepath.Join(out, "run", "b", "ckpt.bin")))
+	before := map[string]uint64{}
+	for _, p := range []string{"run", "run/b", "run/latest", "run/fifo", "run/b/done.txt", "run/b/ckpt.bin"} {
+		var st syscall.Stat_t
+		must(syscall.Lstat(filepath.Join(out, p), &st))
+		before[p] = st.Ino
+	}
+
+	d2 := takeover()
+	if err := d.waitExit(t); err != nil {
+		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
+	}
+	for p, want := range before {
+		var st syscall.Stat_t
+		must(syscall.Lstat(filepath.Join(out, p), &st))
+		if st.Ino != want {
+			t.Errorf("%s is inode %d after the takeover, was %d", p, st.Ino, want)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(out, "run", "latest")); err != nil || target != "b/ckpt.bin" {
+		t.Errorf("link after the takeover: %q, %v", target, err)
+	}
+	if st, err := os.Lstat(filepath.Join(out, "run", "fifo")); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("FIFO after the takeover: %v, %v", st, err)
+	}
+	if st, err := os.Stat(filepath.Join(out, "run", "b", "done.txt")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("mode after the takeover: %v, %v", st, err)
+	}
+	writeAt(t, w, data[1<<20:], 1<<20)
+	must(w.Close())
+	if got, err := os.ReadFile(filepath.Join(out, "run", "latest")); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("reading the file through the link: %d bytes, %v", len(got), err)
+	}
+	d2.stop(t) // drains
+	if got, err := os.ReadFile(filepath.Join(nasDir, "run", "b", "ckpt.bin")); err != nil || !bytes.Equal(got, data) {
+		t.Errorf("ckpt.bin on the NAS: %d bytes, %v", len(got), err)
+	}
+	if got, err := os.ReadFile(filepath.Join(nasDir, "run", "b", "done.txt")); err != nil || string(got) != "done" {
+		t.Errorf("done.txt on the NAS: %q, %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(nasDir, "run", "b", "ckpt.tmp")); !os.IsNotExist(err) {
+		t.Errorf("the name renamed away is on the NAS: %v", err)
+	}
+}
+
+// TestDaemonTakeoverProtocol1: a takeover in handover protocol 1 (what a
+// daemon of before output handovers speaks: no lookup counts) still takes
+// input mounts over; their nodes are pinned, so the kernel's FORGETs after
+// it are not acted on (the paths keep their numbers) and cause no error.
+// An output mount cannot go in protocol 1: the takeover is refused.
+func TestDaemonTakeoverProtocol1(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "bkt", "data"), 0o755)
+	big := randomBytes(t, 2<<20)
+	os.WriteFile(filepath.Join(root, "bkt", "data", "big.bin"), big, 0o644)
+	for i := range 10 {
+		os.WriteFile(filepath.Join(root, "bkt", "data", fmt.Sprintf("f%d", i)), []byte(fmt.Sprint(i)), 0o644)
+	}
+	_, endpoint := ossemutest.Start(t, root, ossemu.Options{})
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	dir := t.TempDir()
+	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
+	in, out := t.TempDir(), t.TempDir()
+	if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "--read-only", "oss://bkt/data/", in); code != 0 {
+		t.Fatalf("mount input: %s", errOut)
+	}
+	if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "oss://bkt/out/", out); code != 0 {
+		t.Fatalf("mount output: %s", errOut)
+	}
+	refused := forkFailingTakeover(t, d, dir, "--oss-endpoint", endpoint, "--handover-protocol", "1")
+	if code, errOut := refused(); code == 0 || !strings.Contains(errOut, "output mount") {
+		t.Fatalf("a protocol 1 takeover of an output mount: exit %d:\n%s", code, errOut)
+	}
+	if code, _, errOut := d.client(t, "umount", "--daemon", d.socket, out); code != 0 {
+		t.Fatalf("umount output: %s", errOut)
+	}
+	inos := map[string]uint64{}
+	for i := range 10 {
+		p := filepath.Join(in, fmt.Sprintf("f%d", i))
+		inos[p] = ino(t, p, nil)
+	}
+	takeover := forkNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover", "--handover-protocol", "1")
+	r, err := os.Open(filepath.Join(in, "big.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	readAtCheck(t, r, big[:1<<20], 0)
+	d2 := takeover()
+	if err := d.waitExit(t); err != nil {
+		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
+	}
+	readAtCheck(t, r, big[1<<20:], 1<<20)
+	dropCaches(t)
+	for p, want := range inos {
+		if got := ino(t, p, nil); got != want {
+			t.Errorf("%s, pinned, is inode %d after the FORGETs, was %d", p, got, want)
+		}
+	}
+	r.Close()
+	d2.stop(t)
+	if s := d2.stderr.String(); strings.Contains(s, "panic") || strings.Contains(s, `"level":"ERROR"`) {
+		t.Errorf("the new daemon logged an error:\n%s", s)
 	}
 }
