@@ -238,7 +238,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	// It is the first contact, bounded by ConnectTimeout.
 	probeCtx, cancel := context.WithTimeout(ctx, opt.ConnectTimeout)
 	defer cancel()
-	_, err = b.listRaw(probeCtx, prefix, "", "", 1)
+	_, err = b.listRaw(probeCtx, prefix, "", "", "", 1)
 	if err != nil && ctx.Err() == nil && probeCtx.Err() != nil {
 		return nil, backends.Wrap("open", "", backends.ErrTransient, fmt.Errorf("S3 endpoint %s did not answer within %v (connect timeout; is it the right endpoint, and reachable?): %w", b.where(), opt.ConnectTimeout, err))
 	}
@@ -347,7 +347,7 @@ func (b *Backend) Stat(ctx context.Context, key string) (backends.ObjectInfo, er
 
 // dirExists reports whether anything (a marker or objects) lies under key/.
 func (b *Backend) dirExists(ctx context.Context, key string) (bool, error) {
-	res, err := b.listRaw(ctx, b.object(key)+"/", "", "", 1)
+	res, err := b.listRaw(ctx, b.object(key)+"/", "", "", "", 1)
 	if err != nil {
 		return false, err
 	}
@@ -357,14 +357,17 @@ func (b *Backend) dirExists(ctx context.Context, key string) (bool, error) {
 // listRaw lists one page, with its keys and prefixes decoded: they are
 // asked for URL-encoded (encoding-type=url), since XML 1.0 cannot carry
 // every byte a key may hold (control characters), and the SDK does not
-// decode them.
-func (b *Backend) listRaw(ctx context.Context, prefix, delim, token string, max int) (*s3.ListObjectsV2Output, error) {
+// decode them. startAfter (an object name) counts only when token is "":
+// a token lies beyond it.
+func (b *Backend) listRaw(ctx context.Context, prefix, delim, token, startAfter string, max int) (*s3.ListObjectsV2Output, error) {
 	in := &s3.ListObjectsV2Input{Bucket: &b.bucket, Prefix: aws.String(prefix), MaxKeys: aws.Int32(int32(max)), EncodingType: types.EncodingTypeUrl}
 	if delim != "" {
 		in.Delimiter = aws.String(delim)
 	}
 	if token != "" {
 		in.ContinuationToken = aws.String(token)
+	} else if startAfter != "" {
+		in.StartAfter = aws.String(startAfter)
 	}
 	var out *s3.ListObjectsV2Output
 	err := b.retry(ctx, func() error {
@@ -409,7 +412,11 @@ func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.
 	if opt.Recursive {
 		delim = ""
 	}
-	res, err := b.listRaw(ctx, b.object(opt.Prefix), delim, opt.Token, max)
+	startAfter := ""
+	if opt.StartAfter != "" {
+		startAfter = b.object(opt.StartAfter)
+	}
+	res, err := b.listRaw(ctx, b.object(opt.Prefix), delim, opt.Token, startAfter, max)
 	if err != nil {
 		return backends.ListPage{}, b.wrapErr("list", opt.Prefix, err)
 	}
@@ -455,7 +462,7 @@ func (b *Backend) Delete(ctx context.Context, key string) error {
 			return b.wrapErr("delete", k, err)
 		}
 	}
-	res, err := b.listRaw(ctx, b.object(k)+"/", "", "", 2)
+	res, err := b.listRaw(ctx, b.object(k)+"/", "", "", "", 2)
 	if err != nil {
 		return b.wrapErr("delete", k, err)
 	}

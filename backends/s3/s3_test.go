@@ -88,7 +88,7 @@ func TestConformance(t *testing.T) {
 	backendtest.RunOptions(t, func(t *testing.T) backends.Backend {
 		e := startEmu(t, ossemu.Options{})
 		return openURI(t, "s3://"+testBucket+"/data/?endpoint="+e.endpoint, Options{Retry: fastRetry})
-	}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
+	}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, ExclusiveWriter: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
 }
 
 // TestConformanceStore runs the suite against a real S3-compatible store
@@ -122,7 +122,7 @@ func TestConformanceStore(t *testing.T) {
 				b := openURI(t, "s3://"+bucket+"/"+prefix+"?endpoint="+ep, opt)
 				t.Cleanup(func() { purge(t, b) })
 				return b
-			}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
+			}, backendtest.Options{RequireDirMaker: true, RequireCopier: true, ExclusiveWriter: true, ManyKeys: conformanceKeys, LargeSize: conformanceLarge})
 			t.Run("WriteExclusiveRace", func(t *testing.T) {
 				b := openURI(t, fmt.Sprintf("s3://%s/conformance-%d/%s/race/?endpoint=%s", bucket, run, mode, ep), opt)
 				t.Cleanup(func() { purge(t, b) })
