@@ -1,10 +1,10 @@
-// Package k8s holds the Kubernetes manifests of the shared cache tier: an
+// Package sharedcache holds the Kubernetes manifests of the shared cache tier: an
 // in-cluster MinIO for the tier's store and a node daemon reading through
 // it (docs/SHARED-CACHE.md). There is no cluster in CI: this test decodes
 // every manifest strictly with the Kubernetes API types, checks that the
 // objects refer to each other consistently, and that every flag the daemon
 // is given is a flag of `mlfsd daemon` as built from this tree.
-package k8s
+package sharedcache
 
 import (
 	"net/url"
