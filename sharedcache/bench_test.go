@@ -18,6 +18,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/cache"
+	mfs "github.com/mlfsd/mlfsd/fs"
 	"github.com/mlfsd/mlfsd/sharedcache"
 )
 
@@ -457,8 +458,10 @@ func writeDataset(b *testing.B, root string) {
 // over node 1 reading it again warm from its own local disk. Both sides
 // are the same reader (readDataset: one sequential reader per file, 1 MiB
 // reads) on a fresh node cache of the same options, so the ratio compares
-// the tier-hit path with the local-disk path and nothing else; neither
-// goes through FUSE (both would pay it alike). The source is a local
+// the tier-hit path with the local-disk path and nothing else. path=cache
+// reads through the cache's API; path=fuse through an input mount of each
+// node (mfs.MountInput over Tier.Through, as node/ wires it), with plain
+// file reads: what a training job sees. The source is a local
 // directory: only node 1's cold read, outside the timing, touches it.
 // Each iteration is one pair, timed in alternating order; reported: the
 // median over the pairs of follower / warm (goal: >= 0.8), and each
@@ -467,14 +470,65 @@ func writeDataset(b *testing.B, root string) {
 // Runs are labelled (runtime/pprof) phase=follower and phase=warm, so
 // `go tool pprof -tagfocus phase=follower` shows node 2's read alone.
 //
-//	go test -run '^$' -bench FollowerVsWarmLocal -benchtime 5x ./sharedcache/
+//	go test -run '^$' -bench FollowerVsWarmLocal -benchtime 9x ./sharedcache/
 func BenchmarkFollowerVsWarmLocal(b *testing.B) {
-	for _, kind := range []string{"nas", "oss"} {
-		b.Run("tier="+kind, func(b *testing.B) { benchFollower(b, kind) })
+	for _, path := range []string{"cache", "fuse"} {
+		for _, kind := range []string{"nas", "oss"} {
+			b.Run("path="+path+"/tier="+kind, func(b *testing.B) { benchFollower(b, kind, path == "fuse") })
+		}
 	}
 }
 
-func benchFollower(b *testing.B, kind string) {
+// readMounted reads every file of the dataset in mnt, one sequential
+// reader per file in parallel, in 1 MiB reads.
+func readMounted(b *testing.B, mnt string, infos []backends.ObjectInfo) nodeResult {
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var total int64
+	for _, info := range infos {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Open(filepath.Join(mnt, info.Key))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer f.Close()
+			n, err := io.CopyBuffer(io.Discard, struct{ io.Reader }{f}, make([]byte, 1<<20))
+			if err != nil {
+				b.Error(err)
+			}
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return nodeResult{total, time.Since(start)}
+}
+
+// readNode reads the dataset through c and b: through an input mount
+// (unmounted before it returns) when fuse.
+func readNode(b *testing.B, c *cache.Cache, be backends.Backend, infos []backends.ObjectInfo, fuse bool) nodeResult {
+	if !fuse {
+		return readDataset(b, c, be, infos)
+	}
+	mnt := b.TempDir()
+	srv, err := mfs.MountInput(mnt, be, mfs.InputOptions{Source: c.View()}, mfs.MountOptions{})
+	if err != nil {
+		b.Fatalf("FUSE mount failed (the benchmark needs /dev/fuse and root): %v", err)
+	}
+	defer func() {
+		if err := srv.Unmount(); err != nil {
+			b.Errorf("unmount: %v", err)
+		}
+	}()
+	return readMounted(b, mnt, infos)
+}
+
+func benchFollower(b *testing.B, kind string, fuse bool) {
 	b.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
 	b.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	srcRoot := b.TempDir()
@@ -523,7 +577,7 @@ func benchFollower(b *testing.B, kind string) {
 		t1 := openTier()
 		dir1 := b.TempDir()
 		c1 := newCache(b, dir1)
-		labelled("leader", func() nodeResult { return readDataset(b, c1, t1.Through(src), infos) })
+		labelled("leader", func() nodeResult { return readNode(b, c1, t1.Through(src), infos, fuse) })
 		if err := t1.Flush(context.Background()); err != nil {
 			b.Fatal(err)
 		}
@@ -536,10 +590,10 @@ func benchFollower(b *testing.B, kind string) {
 		var follow, warm nodeResult
 		b.StartTimer()
 		followRun := func() {
-			follow = labelled("follower", func() nodeResult { return readDataset(b, c2, t2.Through(src), infos) })
+			follow = labelled("follower", func() nodeResult { return readNode(b, c2, t2.Through(src), infos, fuse) })
 		}
 		warmRun := func() {
-			warm = labelled("warm", func() nodeResult { return readDataset(b, warmCache, t1.Through(src), infos) })
+			warm = labelled("warm", func() nodeResult { return readNode(b, warmCache, t1.Through(src), infos, fuse) })
 		}
 		if i%2 == 0 {
 			followRun()
