@@ -401,7 +401,12 @@ func (t *Tier) open(ctx context.Context, want header, countMiss bool) (*stream, 
 		s.rc = rc
 		err = s.readHeader()
 	}
-	s.timer.Stop()
+	if !s.timer.Stop() && err == nil {
+		// The deadline passed as the header arrived: the context is
+		// cancelled, the data cannot be read.
+		s.expired.Store(true)
+		err = context.DeadlineExceeded
+	}
 	if err != nil {
 		s.fail(err)
 		return nil, false
@@ -461,6 +466,8 @@ func (s *stream) dataLen() int64 { return s.h.Len }
 func (s *stream) readInto(p []byte) (int, bool) {
 	s.timer.Reset(s.t.opt.Timeout)
 	n, err := s.readData(p)
+	// Data read whole and checked is served even if the deadline passed
+	// just after its last byte.
 	s.timer.Stop()
 	if err != nil {
 		s.fail(err)
