@@ -1,7 +1,6 @@
 package sharedcache
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -81,30 +80,15 @@ func encodeBlock(h header, data []byte) []byte {
 // errCorrupt marks a block object that is not the block asked for.
 var errCorrupt = errors.New("shared cache block corrupt")
 
-// decodeBlock checks raw against want (all but Len and CRC32C) and returns
-// its data, a sub-slice of raw.
-func decodeBlock(raw []byte, want header) ([]byte, error) {
-	if len(raw) < len(magic)+4 || !bytes.Equal(raw[:len(magic)], []byte(magic)) {
-		return nil, fmt.Errorf("%w: no block header", errCorrupt)
-	}
-	hl := int(binary.BigEndian.Uint32(raw[len(magic):]))
-	rest := raw[len(magic)+4:]
-	if hl > maxHeader || hl > len(rest) {
-		return nil, fmt.Errorf("%w: header length %d of %d bytes", errCorrupt, hl, len(rest))
-	}
+// checkHeader decodes a block's header and checks it names want (all but
+// Len and CRC32C, which it returns for the data's checks).
+func checkHeader(hj []byte, want header) (header, error) {
 	var h header
-	if err := json.Unmarshal(rest[:hl], &h); err != nil {
-		return nil, fmt.Errorf("%w: header: %v", errCorrupt, err)
+	if err := json.Unmarshal(hj, &h); err != nil {
+		return h, fmt.Errorf("%w: header: %v", errCorrupt, err)
 	}
 	if h.Source != want.Source || h.Key != want.Key || h.Version != want.Version || h.Block != want.Block {
-		return nil, fmt.Errorf("%w: holds %s %q version %q block %d", errCorrupt, h.Source, h.Key, h.Version, h.Block)
+		return h, fmt.Errorf("%w: holds %s %q version %q block %d", errCorrupt, h.Source, h.Key, h.Version, h.Block)
 	}
-	data := rest[hl:]
-	if int64(len(data)) != h.Len {
-		return nil, fmt.Errorf("%w: %d data bytes, header says %d", errCorrupt, len(data), h.Len)
-	}
-	if crc32.Checksum(data, castagnoli) != h.CRC32C {
-		return nil, fmt.Errorf("%w: checksum mismatch", errCorrupt)
-	}
-	return data, nil
+	return h, nil
 }

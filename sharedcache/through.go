@@ -58,9 +58,15 @@ type reader struct {
 	// ahead holds the tier reads of the range's blocks started in
 	// parallel: all of them when the tier's last range began with a hit,
 	// else the rest once the first block was a hit (a cold range costs the
-	// tier one lookup, a warm one a round trip, not one per block).
-	ahead       map[int64]chan tierResult
+	// tier one lookup, a warm one a round trip, not one per block). Each
+	// opens its block and reads the header; the data is read when the
+	// reader gets to it, into the caller's buffer if it holds the block.
+	ahead       map[int64]chan *stream
 	cancelAhead context.CancelFunc
+	// next is block bi's stream, opened, its data not read yet: Read
+	// reads it into p, or into a buffer of the tier's (cur, held).
+	next   *stream
+	nextBi int64
 	// held is the tier's buffer that cur lies in, handed back once cur is
 	// served.
 	held *[]byte
@@ -83,18 +89,19 @@ const (
 	claimTheirs
 )
 
-type tierResult struct {
-	data []byte
-	buf  *[]byte
-	ok   bool
-}
-
 func (r *reader) Read(p []byte) (int, error) {
 	for len(r.cur) == 0 {
 		if r.eof || r.pos >= r.end {
 			return 0, io.EOF
 		}
 		var err error
+		if r.next != nil {
+			var n int
+			if n, err = r.readNext(p); n > 0 || err != nil {
+				return n, err
+			}
+			continue
+		}
 		if r.src == nil {
 			err = r.fromTier()
 		} else {
@@ -125,8 +132,7 @@ func (r *reader) fromTier() error {
 	bi := r.pos / bs
 	r.t.putBuf(r.held) // cur is served
 	r.held = nil
-	var data []byte
-	var buf *[]byte
+	var s *stream
 	ok := false
 	following := r.t.ew != nil && r.t.foreign(r.name(bi))
 	if r.ahead == nil && r.t.up() && r.t.lastHit.Load() && !following {
@@ -135,13 +141,14 @@ func (r *reader) fromTier() error {
 		r.readAhead(bi, (r.end-1)/bs)
 	}
 	if ch, started := r.ahead[bi]; started {
-		res := <-ch
-		data, buf, ok = res.data, res.buf, res.ok
+		delete(r.ahead, bi)
+		s = <-ch
+		ok = s != nil
 	} else if following {
 		// Another node is reading this block from the source: wait for it.
 		return r.follow(bi)
 	} else if r.t.up() {
-		data, buf, ok = r.t.get(r.ctx, r.header(bi))
+		s, ok = r.t.open(r.ctx, r.header(bi), true)
 		r.t.lastHit.Store(ok)
 		if ok {
 			r.readAhead(bi+1, (r.end-1)/bs)
@@ -154,8 +161,44 @@ func (r *reader) fromTier() error {
 		r.stopAhead()
 		return r.missed(bi)
 	}
-	r.serve(bi, data, buf)
+	r.next, r.nextBi = s, bi
 	return nil
+}
+
+// readNext reads block nextBi's data from its stream: straight into p
+// when p takes the whole block and the range wants all of it (the node
+// cache reads block by block into its own buffers), else into a buffer
+// of the tier's that cur then serves. Data that fails its checks is a
+// miss: the block and the rest of the range come from the source.
+func (r *reader) readNext(p []byte) (int, error) {
+	s, bi := r.next, r.nextBi
+	r.next = nil
+	bs := r.t.opt.BlockSize
+	if n := s.dataLen(); n >= 0 && r.pos == bi*bs && int64(len(p)) >= n && r.end-r.pos >= n {
+		if _, ok := s.readInto(p); !ok {
+			return 0, r.tierMissed(bi)
+		}
+		r.pos += n
+		if n < bs {
+			r.eof = true // a short block is the object's last
+		}
+		return int(n), nil
+	}
+	buf := r.t.getBuf()
+	n, ok := s.readInto((*buf)[:cap(*buf)])
+	if !ok {
+		r.t.putBuf(buf)
+		return 0, r.tierMissed(bi)
+	}
+	r.serve(bi, (*buf)[:n], buf)
+	return 0, nil
+}
+
+// tierMissed: block bi, which the tier seemed to hold, was not served.
+func (r *reader) tierMissed(bi int64) error {
+	r.t.lastHit.Store(false)
+	r.stopAhead()
+	return r.missed(bi)
 }
 
 // serve makes block bi's data, in buf, the bytes at pos.
@@ -363,22 +406,38 @@ func (r *reader) readAhead(first, last int64) {
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.cancelAhead = cancel
-	r.ahead = make(map[int64]chan tierResult, last-first+1)
+	r.ahead = make(map[int64]chan *stream, last-first+1)
 	for bi := first; bi <= last; bi++ {
-		ch := make(chan tierResult, 1)
+		ch := make(chan *stream, 1)
 		r.ahead[bi] = ch
 		go func() {
-			d, buf, ok := r.t.get(ctx, r.header(bi))
-			ch <- tierResult{d, buf, ok}
+			s, _ := r.t.open(ctx, r.header(bi), true)
+			ch <- s
 		}()
 	}
 }
 
-// stopAhead abandons the tier reads started ahead.
+// stopAhead abandons the tier reads started ahead, and the stream opened
+// for the next block.
 func (r *reader) stopAhead() {
 	if r.cancelAhead != nil {
 		r.cancelAhead()
 		r.cancelAhead = nil
+	}
+	if r.next != nil {
+		r.next.close()
+		r.next = nil
+	}
+	if len(r.ahead) > 0 {
+		// Close the streams the reads opened (or open yet).
+		ahead := r.ahead
+		go func() {
+			for _, ch := range ahead {
+				if s := <-ch; s != nil {
+					s.close()
+				}
+			}
+		}()
 	}
 	r.ahead = nil
 }
