@@ -69,7 +69,17 @@ type inputFS struct {
 	// this mount without asking us (see inFile.Open) and reads come with
 	// no file handle (inFile.Read).
 	noOpen atomic.Bool
+	// sharedOpen counts the files whose shared handle (inFile.shared) is
+	// open: each pins its cache entry, out of eviction.
+	sharedOpen atomic.Int64
 }
+
+// sharedKeepMax is how many files of a mount in no-open mode keep their
+// shared handle open between reads that did not reach the end (a stream
+// under way keeps its readahead state). Past it, a handle closes when its
+// reads are done: random reads over many large files must not pin them
+// all in the cache, where pinned entries cannot be evicted.
+const sharedKeepMax = 64
 
 // listAheadRequests is how many subdirectory listings are fetched ahead at
 // once, per mount.
@@ -569,6 +579,7 @@ func (f *inFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off 
 			defer h.Close()
 		} else {
 			f.shared = h
+			f.fsys.sharedOpen.Add(1)
 		}
 	}
 	sh := f.shared
@@ -581,8 +592,10 @@ func (f *inFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off 
 	f.mu.Lock()
 	f.sharedRefs--
 	var done Handle
-	if f.sharedRefs == 0 && f.shared == sh && (errno != 0 || off+int64(len(dest)) >= f.info.Size) {
+	end := errno != 0 || off+int64(len(dest)) >= f.info.Size
+	if f.sharedRefs == 0 && f.shared == sh && (end || f.fsys.sharedOpen.Load() > sharedKeepMax) {
 		done, f.shared = sh, nil
+		f.fsys.sharedOpen.Add(-1)
 	}
 	f.mu.Unlock()
 	if done != nil {
@@ -596,8 +609,9 @@ func (f *inFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off 
 func (f *inFile) OnForget() {
 	f.mu.Lock()
 	h := f.shared
-	if f.sharedRefs == 0 {
+	if f.sharedRefs == 0 && h != nil {
 		f.shared = nil
+		f.fsys.sharedOpen.Add(-1)
 	} else {
 		h = nil
 	}
