@@ -15,6 +15,11 @@
 //     (measured before and after the mounts, in the same run); then warm
 //     (the same mount) ÷ the same epoch on local disk (5 of each,
 //     alternating; the median of the pairs' ratios);
+//   - big4 (--only big4): 4 readers at once, each reading its own cold
+//     object (--big4-size, 256 MiB) through one mount with an empty cache,
+//     ÷ 4 ideal readers (--ideal-streams ranged GETs each, no FUSE) reading
+//     the same 4 objects at once; aggregate MB/s, and the daemon's
+//     CPU-seconds per GiB as for big;
 //   - list (--only list): a cold `ls -l` and `ls -f` of one directory of
 //     100,000 entries through a fresh mount, and the OSS backend listing it
 //     page after page without FUSE (what the store alone costs) and in
@@ -32,7 +37,7 @@
 // Usage (as root, FUSE needs it):
 //
 //	go build -o /tmp/mlfsd ./cmd/mlfsd
-//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|small|list]
+//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|big4|small|list]
 package main
 
 import (
@@ -73,6 +78,7 @@ type config struct {
 	work        string
 	runs        int
 	bigSize     int64
+	big4Size    int64 // size of each of the 4 objects of big4
 	smallFiles  int
 	smallDirs   int
 	smallSize   int64
@@ -104,12 +110,13 @@ type config struct {
 
 func main() {
 	var c config
-	var bigSize, smallSize, chunk string
+	var bigSize, big4Size, smallSize, chunk string
 	flag.StringVar(&c.mlfsd, "mlfsd", "mlfsd", "the mlfsd binary to measure")
 	flag.StringVar(&c.emulator, "emulator", "", "the mlfsd binary whose `emulate oss` serves the data (default: --mlfsd)")
 	flag.StringVar(&c.work, "work", "/var/tmp/mlfsd-cachebench", "work directory (emulator data, cache dirs, mountpoints)")
 	flag.IntVar(&c.runs, "runs", 3, "runs; figures are reported per run and as medians")
 	flag.StringVar(&bigSize, "big-size", "1GiB", "size of the large object")
+	flag.StringVar(&big4Size, "big4-size", "256MiB", "size of each of the 4 objects of big4")
 	flag.IntVar(&c.smallFiles, "small-files", 2000, "number of small files")
 	flag.IntVar(&c.smallDirs, "small-dirs", 20, "directories the small files are spread over")
 	flag.IntVar(&c.idealGETs, "ideal-gets", 64, "parallel whole-object GETs of the small-file epoch's ideal client")
@@ -122,7 +129,7 @@ func main() {
 	flag.IntVar(&c.streams, "ideal-streams", 16, "parallel ranged GETs of the ideal reader (the daemon's per-file bound)")
 	flag.StringVar(&chunk, "ideal-chunk", "8MiB", "range size of the ideal reader (the daemon's largest request)")
 	flag.StringVar(&c.mountFlags, "mount-flags", "", "extra flags for `mlfsd mount` (space-separated)")
-	flag.StringVar(&c.only, "only", "", "run only one part: big, small or list")
+	flag.StringVar(&c.only, "only", "", "run only one part: big, big4, small or list")
 	flag.StringVar(&c.mountEnv, "mount-env", "", "experiment: NAME=VALUE pairs (space-separated) added to the mounts' environment, e.g. GOGC=200")
 	flag.StringVar(&c.cacheFS, "cache-root", "", "directory of the mounts' cache dirs (default: --work); see the note on ext4 without a journal")
 	flag.StringVar(&c.pprofAddr, "pprof-addr", "", "serve net/http/pprof from each mount on this loopback address (MLFSD_PPROF_ADDR)")
@@ -133,7 +140,7 @@ func main() {
 	for _, p := range []struct {
 		s string
 		v *int64
-	}{{bigSize, &c.bigSize}, {smallSize, &c.smallSize}, {chunk, &c.chunk}} {
+	}{{bigSize, &c.bigSize}, {big4Size, &c.big4Size}, {smallSize, &c.smallSize}, {chunk, &c.chunk}} {
 		n, err := humanize.ParseBytes(p.s)
 		if err != nil {
 			fatal(err)
@@ -169,6 +176,9 @@ type result struct {
 	ColdRandomReads, ColdBackendMB int64   // from the cold daemon's closing log: reads not seen as sequential, MB fetched
 	WarmMBs, DirectMBs, WarmRatio  float64
 	WarmGETs                       int64 // emulator GETs during the warm read: must be 0
+	// big4: 4 cold objects read at once through one mount, aggregate MB/s,
+	// against 4 ideal readers at once (the mean of before and after).
+	Cold4MBs, Ideal4MBs, Cold4Ratio, Cold4CPUPerGiB float64
 	// The small-file epoch: files/s of the ideal client (c.idealGETs
 	// whole-object GETs in flight, no FUSE; the mean of one epoch before
 	// and one after the mounts), of a cold mount with directory prefetch
@@ -234,6 +244,11 @@ func run(c config) error {
 				return err
 			}
 		}
+		if c.wants("big4") {
+			if err := benchBig4(ctx, c, emu, &res); err != nil {
+				return err
+			}
+		}
 		if c.wants("small") {
 			if err := benchSmall(ctx, c, emu, emuRoot, r, &res); err != nil {
 				return err
@@ -285,6 +300,14 @@ func seed(c config, root string) error {
 	}{
 		{"big", fmt.Sprintf("%d", c.bigSize), func() error {
 			return fill(filepath.Join(root, "bench", "big", "file.bin"), c.bigSize)
+		}},
+		{"big4", fmt.Sprintf("%d", c.big4Size), func() error {
+			for i := range big4Objects {
+				if err := fill(filepath.Join(root, "bench", "big4", fmt.Sprintf("file%d.bin", i)), c.big4Size); err != nil {
+					return err
+				}
+			}
+			return nil
 		}},
 		{"small", fmt.Sprintf("%d-%d-%d", c.smallFiles, c.smallDirs, c.smallSize), func() error {
 			for i := range c.smallFiles {
@@ -723,6 +746,85 @@ func benchBig(ctx context.Context, c config, emu *emulator, ideal backends.Backe
 	return nil
 }
 
+// big4Objects is how many objects big4 reads at once (issue #15 goal 1:
+// "4 concurrent streams on 4 objects").
+const big4Objects = 4
+
+// benchBig4 reads big4Objects cold objects at once through one mount, one
+// reader each, against as many ideal readers at once, measured just before
+// and just after (their mean).
+func benchBig4(ctx context.Context, c config, emu *emulator, res *result) error {
+	cacheDir, err := os.MkdirTemp(c.cacheRoot, "big4-")
+	if err != nil {
+		return err
+	}
+	mnt := filepath.Join(c.work, "mnt-big4")
+	u, _ := backends.ParseURI("oss://bench/big4/")
+	ideal, err := oss.New(ctx, u, oss.Options{Endpoint: emu.endpoint}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer ideal.Close()
+	m, err := startMount(c, emu, "oss://bench/big4/", cacheDir, mnt)
+	if err != nil {
+		return err
+	}
+	total := big4Objects * c.big4Size
+	// all runs read(i) for every object at once and returns the aggregate
+	// MB/s, after priming the memory the phase may use (bench.PrimeMemory).
+	all := func(read func(i int) error) (float64, error) {
+		if err := bench.PrimeMemory(total + c.memBytes); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		errs := make([]error, big4Objects)
+		var wg sync.WaitGroup
+		for i := range big4Objects {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = read(i)
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return 0, err
+		}
+		return float64(total) / time.Since(start).Seconds() / 1e6, nil
+	}
+	name := func(i int) string { return fmt.Sprintf("file%d.bin", i) }
+	idealOnce := func() (float64, error) {
+		return all(func(i int) error {
+			_, err := idealRead(ctx, c, ideal, name(i), c.big4Size)
+			return err
+		})
+	}
+	before, err := idealOnce()
+	if err != nil {
+		m.stop()
+		return err
+	}
+	cpu0, _ := m.cpu()
+	res.Cold4MBs, err = all(func(i int) error {
+		_, err := readSeq(filepath.Join(mnt, name(i)))
+		return err
+	})
+	cpu1, _ := m.cpu()
+	if err != nil {
+		m.stop()
+		return fmt.Errorf("cold read: %w", err)
+	}
+	after, err := idealOnce()
+	res.PeakRSS = max(res.PeakRSS, m.stop())
+	if err != nil {
+		return err
+	}
+	res.Cold4CPUPerGiB = (cpu1 - cpu0) / (float64(total) / (1 << 30))
+	res.Ideal4MBs = (before + after) / 2
+	res.Cold4Ratio = res.Cold4MBs / res.Ideal4MBs
+	return nil
+}
+
 // epoch reads files in the given order with c.readers parallel readers and
 // returns the elapsed seconds.
 func epoch(c config, files []string) (float64, error) {
@@ -1034,6 +1136,11 @@ func report(c config, rs []result, rssBound int64) {
 		fmt.Printf("cold read, daemon: %.2f CPU-seconds per GiB, %.0f minor page faults, %.0f random reads, %.0f MB fetched\n",
 			col(func(r result) float64 { return r.ColdCPUPerGiB }), col(func(r result) float64 { return float64(r.ColdMinorFaults) }),
 			col(func(r result) float64 { return float64(r.ColdRandomReads) }), col(func(r result) float64 { return float64(r.ColdBackendMB) }))
+	}
+	if c.wants("big4") {
+		fmt.Printf("cold, %d objects of %s at once, one reader each: mount %.0f MB/s / %d ideal readers (%d x %s ranged GETs each) %.0f MB/s = %.2f (goal >= 0.85); daemon %.2f CPU-seconds per GiB\n",
+			big4Objects, humanize.IBytes(uint64(c.big4Size)), col(func(r result) float64 { return r.Cold4MBs }), big4Objects, c.streams, humanize.IBytes(uint64(c.chunk)),
+			col(func(r result) float64 { return r.Ideal4MBs }), col(func(r result) float64 { return r.Cold4Ratio }), col(func(r result) float64 { return r.Cold4CPUPerGiB }))
 	}
 	if c.wants("small") {
 		fmt.Printf("epoch of %d x %s files in %d dirs, %d readers, shuffled, files/s:\n", c.smallFiles, humanize.IBytes(uint64(c.smallSize)), c.smallDirs, c.readers)

@@ -1,0 +1,111 @@
+package fs_test
+
+import (
+	"bytes"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlfsd/mlfsd/cache"
+	mfs "github.com/mlfsd/mlfsd/fs"
+)
+
+// opCounter counts the FUSE requests a mount answers, by operation.
+type opCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *opCounter) observe(op string, _ time.Duration) {
+	c.mu.Lock()
+	c.n[op]++
+	c.mu.Unlock()
+}
+
+func (c *opCounter) get(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[op]
+}
+
+// TestWarmReopenNeedsNoOpen: reopening a small file the kernel holds whole
+// turns the mount to no-open mode (OPEN answered ENOSYS): later opens of
+// any of its files reach the daemon with neither OPEN nor RELEASE, warm
+// reads of it with no READ either, and files opened that way, small or
+// large, read cold or in pieces, still read right.
+func TestWarmReopenNeedsNoOpen(t *testing.T) {
+	src := t.TempDir()
+	rng := rand.New(rand.NewSource(7))
+	files := map[string][]byte{"img": make([]byte, 96<<10), "other": make([]byte, 80<<10), "shard": make([]byte, 9<<20+123)}
+	for name, data := range files {
+		rng.Read(data)
+		if err := os.WriteFile(filepath.Join(src, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := cache.New(cache.Options{Dir: t.TempDir(), MemoryBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ops := &opCounter{n: map[string]int{}}
+	mnt := t.TempDir()
+	srv, err := mfs.MountInput(mnt, newNAS(t, src), mfs.InputOptions{Source: c.View()}, mfs.MountOptions{Observe: ops.observe})
+	if err != nil {
+		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	check := func(name string) {
+		t.Helper()
+		if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, files[name]) {
+			t.Fatalf("read %s: %v (or data differs)", name, err)
+		}
+	}
+	check("img") // cold: OPEN, READ, RELEASE
+	check("img") // warm reopen: OPEN answered ENOSYS
+	opens := ops.get("open")
+	if opens != 2 {
+		t.Fatalf("%d OPEN requests for two opens, want 2", opens)
+	}
+	reads, releases := ops.get("read"), ops.get("release")
+	for range 5 {
+		check("img")
+	}
+	if n := ops.get("open"); n != opens {
+		t.Fatalf("warm reopens sent %d OPEN requests, want none", n-opens)
+	}
+	if n := ops.get("read"); n != reads {
+		t.Fatalf("warm reopens sent %d READ requests, want the page cache to answer", n-reads)
+	}
+	if n := ops.get("release"); n != releases {
+		t.Fatalf("warm reopens sent %d RELEASE requests, want none", n-releases)
+	}
+
+	// Files first opened in no-open mode: read with no file handle.
+	check("other")
+	check("shard")
+	f, err := os.Open(filepath.Join(mnt, "shard"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, off := range []int64{5 << 20, 123, int64(len(files["shard"])) - 4096} {
+		buf := make([]byte, 4096)
+		if _, err := f.ReadAt(buf, off); err != nil || !bytes.Equal(buf, files["shard"][off:off+4096]) {
+			t.Fatalf("pread shard at %d: %v (or data differs)", off, err)
+		}
+	}
+	if n := ops.get("open"); n != opens {
+		t.Fatalf("opens in no-open mode sent %d OPEN requests, want none", n-opens)
+	}
+	if n := ops.get("read"); n == reads {
+		t.Fatal("files read cold in no-open mode sent no READ: the test proves nothing")
+	}
+}
