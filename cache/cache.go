@@ -62,6 +62,9 @@ type Cache struct {
 	ready *readyBuf                          // fetched blocks not yet read; in front of mem
 	sets  atomic.Int64                       // Sets offered to mem, for setWaitEvery
 	total *requestSlots                      // backend requests in flight, cache-wide; demand first
+	// streams counts open handles read as a sequential stream (window > 0):
+	// their windows share the memory (handle.streamWindow).
+	streams atomic.Int64
 	// writeQueue bounds the bytes fetched but not yet written to disk.
 	writeQueue *semaphore.Weighted
 

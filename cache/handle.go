@@ -137,6 +137,9 @@ func (h *handle) readahead(off, end int64) {
 	inWindow := h.window >= 4*o.MinWindow && off+streamSlack >= h.next && off <= max(h.ahead*o.BlockSize, h.next)+tol
 	if near || inWindow {
 		h.misses = 0
+		if h.window == 0 {
+			h.c.streams.Add(1)
+		}
 		h.window = min(max(2*h.window, o.MinWindow), o.MaxWindow)
 		h.next = max(h.next, end)
 	} else {
@@ -145,6 +148,9 @@ func (h *handle) readahead(off, end int64) {
 		// stream; two in a row do.
 		h.misses++
 		if h.misses >= 2 {
+			if h.window > 0 {
+				h.c.streams.Add(-1)
+			}
 			h.window, h.ahead, h.next = 0, 0, end
 		}
 		h.mu.Unlock()
@@ -152,7 +158,7 @@ func (h *handle) readahead(off, end int64) {
 		h.e.ensure(h.src, off/bs, (end-1)/bs, 1, false)
 		return
 	}
-	win := h.window
+	win := h.streamWindow()
 	h.mu.Unlock()
 
 	bs := o.BlockSize
@@ -175,6 +181,22 @@ func (h *handle) readahead(off, end int64) {
 	if issue {
 		h.e.ensure(h.src, from, edge, req, true)
 	}
+}
+
+// streamWindow is the window's share of the memory: streams read at once
+// share it, so that their windows (fetched and not yet read) fit in it
+// twice over rather than evict each other's blocks before they are read.
+// Measured with cachebench --only big4 (4 x 256 MiB read at once, busy
+// machine, medians of 3): MaxWindow 128 MiB each in --cache-memory 512MiB
+// reached 0.33-0.44 of the ideal reader at 0.95-1.05 daemon CPU-s per GiB,
+// 0.54 with 1 GiB of memory; shared, 0.40 and 0.52 against 0.38 and 0.35
+// in the same sessions, at 0.78-0.83 CPU-s per GiB. Never below 4
+// requests' worth, so each stream keeps some requests in flight.
+// One stream alone keeps MaxWindow as long as memory holds it twice.
+func (h *handle) streamWindow() int64 {
+	o := &h.c.opt
+	share := o.MemoryBytes / (2 * max(h.c.streams.Load(), 1))
+	return min(h.window, max(share, 4*o.MaxRequestBytes))
 }
 
 // readBlock returns len(p) bytes (p is no longer than what the block holds
@@ -261,6 +283,9 @@ func (h *handle) Close() error {
 		return nil
 	}
 	h.closed = true
+	if h.window > 0 {
+		h.c.streams.Add(-1)
+	}
 	h.mu.Unlock()
 	h.e.readers.Add(-1)
 	h.e.mu.Lock()

@@ -63,3 +63,61 @@ func TestKernelReadaheadStaysSequential(t *testing.T) {
 		t.Errorf("fetched %d bytes for a %d-byte object: every byte must be fetched once", f, size)
 	}
 }
+
+// TestStreamsShareMemory: streams read at once share the memory: each
+// window is capped at its share (never below four requests' worth), one
+// stream alone keeps its whole window, and a stream that ends (closed)
+// gives its share back.
+func TestStreamsShareMemory(t *testing.T) {
+	b := newFake("fake://a/")
+	const size = 24 * MiB
+	c := newTestCache(t, Options{Dir: t.TempDir(), MemoryBytes: 512 * MiB})
+	var hs []*handle
+	var datas [][]byte
+	for i := range 4 {
+		data := randomData(uint64(10+i), size)
+		info := b.put(string(rune('a'+i)), data)
+		hs = append(hs, open(t, c, b, info).(*handle))
+		datas = append(datas, data)
+	}
+	// Each stream reads 8 MiB sequentially, all four in turn.
+	buf := make([]byte, MiB)
+	for off := int64(0); off < 8*MiB; off += MiB {
+		for i, h := range hs {
+			if _, err := h.ReadAt(context.Background(), buf, off); err != nil || !bytes.Equal(buf, datas[i][off:off+MiB]) {
+				t.Fatalf("stream %d at %d: %v (or data differs)", i, off, err)
+			}
+		}
+	}
+	if n := c.streams.Load(); n != 4 {
+		t.Fatalf("%d streams counted, want 4", n)
+	}
+	share := max(c.opt.MemoryBytes/8, 4*c.opt.MaxRequestBytes)
+	for i, h := range hs {
+		h.mu.Lock()
+		h.window = c.opt.MaxWindow // as after a long stream
+		w := h.streamWindow()
+		h.mu.Unlock()
+		if w != min(share, c.opt.MaxWindow) {
+			t.Errorf("stream %d: window %d with 4 streams in %d bytes of memory, want %d", i, w, c.opt.MemoryBytes, share)
+		}
+	}
+	for _, h := range hs[:3] {
+		h.Close()
+	}
+	if n := c.streams.Load(); n != 1 {
+		t.Fatalf("%d streams counted after three closed, want 1", n)
+	}
+	h := hs[3]
+	h.mu.Lock()
+	h.window = c.opt.MaxWindow
+	w := h.streamWindow()
+	h.mu.Unlock()
+	if w != c.opt.MaxWindow {
+		t.Errorf("one stream alone: window %d, want MaxWindow %d", w, c.opt.MaxWindow)
+	}
+	h.Close()
+	if n := c.streams.Load(); n != 0 {
+		t.Fatalf("%d streams counted after every handle closed, want 0", n)
+	}
+}

@@ -540,9 +540,10 @@ func (f *inFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint3
 // is in no-open mode already, or this is a reopen of a file the kernel
 // holds whole in its page cache (inKernel), the mark of a small-file
 // workload read again (an epoch after the first). Measured with
-// cachebench --only small (busy machine, medians of 3): warm epoch of
-// 2,000 x 100 KiB files 0.24-0.34 of local disk with OPEN and RELEASE
-// per file. The price: no open of this mount asks for passthrough any
+// `cachebench --only small --runs 3` (busy machine, two sessions, each
+// binary alternately): a warm epoch of 2,000 x 100 KiB files was 0.31
+// and 0.26 of local disk (medians) with an OPEN and a RELEASE per file,
+// 0.58 and 0.74 with none. The price: no open of this mount asks for passthrough any
 // more, so a large file is read through the daemon (or the kernel's page
 // cache) rather than from the cache file directly; a mount of large
 // files only never gets here, as none of its files is inKernel.
