@@ -123,8 +123,11 @@ var mutants = map[string]struct {
 	mutate  func(*Options)
 	catches []string
 }{
-	"no-verify":  {func(o *Options) { o.noVerify = true }, []string{"CorruptFlipped", "CorruptTruncated", "CorruptSwapped"}},
-	"no-version": {func(o *Options) { o.noVersion = true }, []string{"NewVersionNotStale"}},
+	"no-verify": {func(o *Options) { o.noVerify = true }, []string{"CorruptFlipped", "CorruptTruncated", "CorruptSwapped"}},
+	// Checks skipped only where a block is read straight into the
+	// reader's buffer: the suite must read as the node cache does.
+	"no-verify-direct": {func(o *Options) { o.noVerifyDirect = true }, []string{"CorruptFlipped"}},
+	"no-version":       {func(o *Options) { o.noVersion = true }, []string{"NewVersionNotStale"}},
 	// A deadline the slow store outlasts: the suite's own timeout (far
 	// above this test's child deadline) is what catches it.
 	"no-deadline": {func(o *Options) { o.Timeout = time.Hour }, []string{"StoreSlow"}},
@@ -143,8 +146,9 @@ func TestMutantChild(t *testing.T) {
 }
 
 // TestSuiteCatchesMutants proves the suite fails on broken tiers: one that
-// serves blocks without checking them, one that keys blocks without the
-// version, one with no deadline on the store.
+// serves blocks without checking them, one that skips the checksum of the
+// blocks it reads straight into the caller's buffer, one that keys blocks
+// without the version, one with no deadline on the store.
 func TestSuiteCatchesMutants(t *testing.T) {
 	names := make([]string, 0, len(mutants))
 	for n := range mutants {

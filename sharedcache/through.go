@@ -175,6 +175,7 @@ func (r *reader) readNext(p []byte) (int, error) {
 	r.next = nil
 	bs := r.t.opt.BlockSize
 	if n := s.dataLen(); n >= 0 && r.pos == bi*bs && int64(len(p)) >= n && r.end-r.pos >= n {
+		s.skipCRC = r.t.opt.noVerifyDirect
 		if _, ok := s.readInto(p); !ok {
 			return 0, r.tierMissed(bi)
 		}

@@ -86,10 +86,11 @@ type Options struct {
 	// (default 2 s), after which the block is read from the source.
 	FlightTTL, FlightWait time.Duration
 
-	// noVerify serves blocks without checking header and checksum, and
-	// noVersion keys blocks without the version: the mutants that prove
-	// the conformance suite catches both (tests only).
-	noVerify, noVersion bool
+	// noVerify serves blocks without checking header and checksum,
+	// noVerifyDirect skips the checksum of blocks read straight into the
+	// caller's buffer, and noVersion keys blocks without the version: the
+	// mutants that prove the conformance suite catches them (tests only).
+	noVerify, noVerifyDirect, noVersion bool
 	// clock is the time of leases and claims (tests move it).
 	clock func() time.Time
 }
@@ -379,6 +380,8 @@ type stream struct {
 	// countMiss: a miss counts (not a node polling for a block another
 	// node fetches).
 	countMiss bool
+	// skipCRC: the noVerifyDirect mutant (tests only).
+	skipCRC bool
 }
 
 // open opens block want in the tier and reads its header, or returns ok
@@ -491,7 +494,7 @@ func (s *stream) readData(p []byte) (int, error) {
 	if _, err := io.ReadFull(s.rc, p); err != nil {
 		return 0, truncated(err, fmt.Sprintf("fewer data bytes than the header's %d", s.h.Len))
 	}
-	if crc32.Checksum(p, castagnoli) != s.h.CRC32C {
+	if !s.skipCRC && crc32.Checksum(p, castagnoli) != s.h.CRC32C {
 		return 0, fmt.Errorf("%w: checksum mismatch", errCorrupt)
 	}
 	// The object must end here (and an HTTP body read to its end lets

@@ -159,14 +159,36 @@ func objects(t *testing.T, src *source) []object {
 	return out
 }
 
-// readRange reads [off, off+n) of o through b as the node cache does.
+// readRange reads [off, off+n) of o through b as the node cache does:
+// block by block, each into a buffer of its own (which a tier may fill
+// directly), then checks that the range ends there.
 func readRange(ctx context.Context, b backends.Backend, o object, off, n int64) ([]byte, error) {
 	r, err := b.Read(ctx, o.info.Key, backends.ReadOptions{Offset: off, Length: n, IfVersion: o.info.Version})
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	return io.ReadAll(r)
+	out := []byte{}
+	for pos := off; pos < off+n; {
+		buf := make([]byte, min(bs-pos%bs, off+n-pos))
+		k, err := io.ReadFull(r, buf)
+		out = append(out, buf[:k]...)
+		pos += int64(k)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return out, nil // the object ends before the range
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	var one [1]byte
+	switch k, err := io.ReadFull(r, one[:]); {
+	case k > 0:
+		return out, fmt.Errorf("more than the %d bytes asked for", n)
+	case !errors.Is(err, io.EOF):
+		return out, err
+	}
+	return out, nil
 }
 
 // want is what a read of [off, off+n) of o returns: short at the end.
