@@ -87,6 +87,31 @@ func (f *fakeBackend) fetchedBytes() int64 {
 	return n
 }
 
+// refetched describes the blocks (of bs bytes) that were read from the
+// backend more than once, with the reads that covered them, so a test that
+// finds too many bytes fetched says which blocks and how.
+func (f *fakeBackend) refetched(bs int64) string {
+	type blk struct {
+		key string
+		i   int64
+	}
+	count := map[blk]int{}
+	var order []blk
+	for _, r := range f.readLog() {
+		for i := r.off / bs; i*bs < r.off+r.length; i++ {
+			b := blk{r.key, i}
+			if count[b]++; count[b] == 2 {
+				order = append(order, b)
+			}
+		}
+	}
+	var sb strings.Builder
+	for _, b := range order {
+		fmt.Fprintf(&sb, "block %d of %s fetched %d times; ", b.i, b.key, count[b])
+	}
+	return sb.String()
+}
+
 func (f *fakeBackend) ID() string { return f.id }
 
 func (f *fakeBackend) Stat(_ context.Context, key string) (backends.ObjectInfo, error) {

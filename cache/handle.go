@@ -212,13 +212,7 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 			data := r.data()
 			if int64(len(data)) == e.blockLen(bi) {
 				c.stats.memoryHits.Add(1)
-				if end == int64(len(data)) {
-					// Read to its end: it leaves the ready buffer for the
-					// ristretto tier, which keeps it if it is worth keeping.
-					if d, ok := c.ready.take(key); ok {
-						c.memSet(key, d)
-					}
-				}
+				c.consumed(key, end-boff, int64(len(data)))
 				return data[boff:end], r, tierMemory, nil
 			}
 			r.unref()
@@ -236,6 +230,7 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 				return p[:n], blockRef{}, tierDisk, fmt.Errorf("cache file %s: %w", e.id, err)
 			}
 			c.stats.diskHits.Add(1)
+			c.consumed(key, end-boff, e.blockLen(bi))
 			return p, blockRef{}, tierDisk, nil
 		}
 		if w, ok := e.writing[bi]; ok {
@@ -243,6 +238,7 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 			r := w.ref()
 			e.mu.Unlock()
 			c.stats.memoryHits.Add(1)
+			c.consumed(key, end-boff, e.blockLen(bi))
 			return r.data()[boff:end], r, tierMemory, nil
 		}
 		f := e.inflight[bi]
@@ -269,9 +265,19 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 			continue // recycled before we got to it: look again
 		}
 		c.stats.fetchWaits.Add(1)
+		c.consumed(key, end-boff, e.blockLen(bi))
 		return f.data.data()[boff:end], f.data, tierFetch, nil
 	}
 	return nil, blockRef{}, tierFetch, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
+}
+
+// consumed counts n bytes of a block read, however they were served: once
+// its bytes have all been read it leaves the ready buffer for the ristretto
+// tier, which keeps it if it is worth keeping.
+func (c *Cache) consumed(key string, n, full int64) {
+	if d, ok := c.ready.consume(key, n, full); ok {
+		c.memSet(key, d)
+	}
 }
 
 // Close implements Handle: it unpins the entry (so it may be evicted

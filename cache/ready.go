@@ -22,6 +22,9 @@ type readyBuf struct {
 type readyItem struct {
 	key string
 	r   blockRef
+	// read counts the bytes of the block read so far: it leaves the
+	// buffer once they add up to the whole block (see consume).
+	read int64
 }
 
 func newReadyBuf(limit int64) *readyBuf {
@@ -70,9 +73,15 @@ func (r *readyBuf) has(key string) bool {
 	return ok
 }
 
-// take removes a block (it has been read to its end); its reference passes
-// to the caller.
-func (r *readyBuf) take(key string) (blockRef, bool) {
+// consume counts n bytes of the block read; once the reads add up to its
+// length (full) the block is removed and its reference passes to the
+// caller. Not when a read reaches its end: the kernel's readahead sends the
+// reads of one block in any order, and a block that left at its last bytes
+// was gone (ristretto may refuse it, and applies a Set later) before the
+// reads of its first bytes came, and was fetched again when the write
+// queue had skipped the disk. Reads of the same bytes twice count twice
+// and only make a block leave early, as before.
+func (r *readyBuf) consume(key string, n, full int64) (blockRef, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	el, ok := r.items[key]
@@ -80,6 +89,10 @@ func (r *readyBuf) take(key string) (blockRef, bool) {
 		return blockRef{}, false
 	}
 	it := el.Value.(*readyItem)
+	it.read += n
+	if it.read < full {
+		return blockRef{}, false
+	}
 	r.order.Remove(el)
 	delete(r.items, key)
 	r.bytes -= it.r.cost()

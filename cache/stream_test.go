@@ -60,7 +60,8 @@ func TestKernelReadaheadStaysSequential(t *testing.T) {
 		t.Errorf("%d of %d reads counted random in one sequential pass", st.RandomReads, st.Reads)
 	}
 	if f := b.fetchedBytes(); f != size {
-		t.Errorf("fetched %d bytes for a %d-byte object: every byte must be fetched once", f, size)
+		t.Errorf("fetched %d bytes for a %d-byte object: every byte must be fetched once; %s\nstats %+v",
+			f, size, b.refetched(c.opt.BlockSize), st)
 	}
 }
 
