@@ -122,3 +122,41 @@ func TestStreamsShareMemory(t *testing.T) {
 		t.Fatalf("%d streams counted after every handle closed, want 0", n)
 	}
 }
+
+// TestBlockReadOutOfOrderStaysUntilRead: a block the disk tier skipped (no
+// room in the write queue) is held in memory until every byte of it has been
+// read, whatever order its parts are read in, so a read of its first bytes
+// after its last never fetches it again.
+func TestBlockReadOutOfOrderStaysUntilRead(t *testing.T) {
+	b := newFake("fake://a/")
+	const size = 2 * MiB
+	data := randomData(7, size)
+	info := b.put("o", data)
+	// A write queue smaller than a block: every block skips the disk.
+	c := newTestCache(t, Options{Dir: t.TempDir(), MemoryBytes: 64 * MiB, writeQueueBytes: 1})
+	h := open(t, c, b, info)
+	defer h.Close()
+	const req = 128 << 10
+	key := c.blockKey(h.(*handle).e.id, 0)
+	got := make([]byte, size)
+	for i, off := range []int64{MiB - req, 0, 3 * req, req, 2 * req, 4 * req, 5 * req, MiB - 2*req} {
+		if !c.ready.has(key) && i > 0 {
+			t.Fatalf("block 0 left the ready buffer after %d of its 8 parts were read", i)
+		}
+		if _, err := h.ReadAt(context.Background(), got[off:off+req], off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.ready.has(key) {
+		t.Error("block 0 still in the ready buffer after all of it was read")
+	}
+	if _, err := h.ReadAt(context.Background(), got[MiB:], MiB); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("data differs")
+	}
+	if f := b.fetchedBytes(); f != size {
+		t.Errorf("fetched %d bytes for a %d-byte object; %s", f, size, b.refetched(c.opt.BlockSize))
+	}
+}
