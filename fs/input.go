@@ -69,6 +69,9 @@ type inputFS struct {
 	// this mount without asking us (see inFile.Open) and reads come with
 	// no file handle (inFile.Read).
 	noOpen atomic.Bool
+	// reopened counts the distinct files reopened while the kernel held
+	// them whole (inFile.noOpen): the mount turns no-open at noOpenAfter.
+	reopened atomic.Int32
 	// sharedOpen counts the files whose shared handle (inFile.shared) is
 	// open: each pins its cache entry, out of eviction.
 	sharedOpen atomic.Int64
@@ -461,6 +464,9 @@ type inFile struct {
 	// read them cold: 0.25 of local disk with passthrough, 0.32 without,
 	// cachebench on a busy machine). GUARDED_BY(mu)
 	inKernel bool
+	// reopenCounted: this file's reopen is counted in inputFS.reopened.
+	// GUARDED_BY(mu)
+	reopenCounted bool
 
 	// In no-open mode reads come with no handle: they share one Source
 	// handle per file, opened by the first read and closed when no read
@@ -536,28 +542,40 @@ func (f *inFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint3
 	return ih, fuse.FOPEN_KEEP_CACHE, 0
 }
 
+// noOpenAfter is how many distinct files the kernel held whole must be
+// reopened before a mount turns no-open: a small-file epoch read again
+// reopens thousands, while a job that rereads a config file or two must
+// not lose passthrough for its large files over it.
+const noOpenAfter = 16
+
 // noOpen reports whether this open should be the mount's last: the mount
-// is in no-open mode already, or this is a reopen of a file the kernel
-// holds whole in its page cache (inKernel), the mark of a small-file
-// workload read again (an epoch after the first). Measured with
-// `cachebench --only small --runs 3` (busy machine, two sessions, each
-// binary alternately): a warm epoch of 2,000 x 100 KiB files was 0.31
-// and 0.26 of local disk (medians) with an OPEN and a RELEASE per file,
-// 0.58 and 0.74 with none. The price: no open of this mount asks for passthrough any
-// more, so a large file is read through the daemon (or the kernel's page
-// cache) rather than from the cache file directly; a mount of large
-// files only never gets here, as none of its files is inKernel.
+// is in no-open mode already, or this is the noOpenAfter-th distinct
+// reopen of a file the kernel holds whole in its page cache (inKernel),
+// the mark of a small-file workload read again (an epoch after the
+// first). Measured with `cachebench --only small --runs 3` (busy machine,
+// two sessions, each binary alternately): a warm epoch of 2,000 x 100 KiB
+// files was 0.31 and 0.26 of local disk (medians) with an OPEN and a
+// RELEASE per file, 0.58 and 0.74 with none. The price: no open of this
+// mount asks for passthrough any more, so a large file is read through
+// the daemon (or the kernel's page cache) rather than from the cache file
+// directly; a mount of large files only never gets here, as none of its
+// files is inKernel.
 func (f *inFile) noOpen() bool {
 	if f.fsys.noOpen.Load() {
 		return true
 	}
 	f.mu.Lock()
 	again := f.inKernel
-	f.mu.Unlock()
-	if again {
-		f.fsys.noOpen.Store(true)
+	first := again && !f.reopenCounted
+	if first {
+		f.reopenCounted = true
 	}
-	return again
+	f.mu.Unlock()
+	if first && f.fsys.reopened.Add(1) >= noOpenAfter {
+		f.fsys.noOpen.Store(true)
+		return true
+	}
+	return false
 }
 
 // Read serves a read. fh is nil in no-open mode: the read then goes to the

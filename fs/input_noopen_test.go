@@ -2,6 +2,7 @@ package fs_test
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -31,8 +32,9 @@ func (c *opCounter) get(op string) int {
 	return c.n[op]
 }
 
-// TestWarmReopenNeedsNoOpen: reopening a small file the kernel holds whole
-// turns the mount to no-open mode (OPEN answered ENOSYS): later opens of
+// TestWarmReopenNeedsNoOpen: reopening 16 distinct small files the kernel
+// holds whole (not one file read twice) turns the mount to no-open mode
+// (OPEN answered ENOSYS): later opens of
 // any of its files reach the daemon with neither OPEN nor RELEASE, warm
 // reads of it with no READ either, and files opened that way, small or
 // large, read cold or in pieces, still read right.
@@ -40,8 +42,19 @@ func TestWarmReopenNeedsNoOpen(t *testing.T) {
 	src := t.TempDir()
 	rng := rand.New(rand.NewSource(7))
 	files := map[string][]byte{"img": make([]byte, 96<<10), "other": make([]byte, 80<<10), "shard": make([]byte, 9<<20+123)}
+	small := []string{"img"}
+	for i := 1; i < 16; i++ {
+		// One directory each: four misses in one directory would fetch
+		// the rest ahead, complete on disk, opened with passthrough.
+		name := fmt.Sprintf("d%02d/s%02d", i, i)
+		files[name] = make([]byte, 64<<10+i)
+		small = append(small, name)
+	}
 	for name, data := range files {
 		rng.Read(data)
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(src, name), data, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -68,11 +81,20 @@ func TestWarmReopenNeedsNoOpen(t *testing.T) {
 			t.Fatalf("read %s: %v (or data differs)", name, err)
 		}
 	}
-	check("img") // cold: OPEN, READ, RELEASE
-	check("img") // warm reopen: OPEN answered ENOSYS
+	for _, name := range small {
+		check(name) // cold: OPEN, READ, RELEASE
+	}
+	check("img") // one file read again is no epoch: it is opened as usual
+	check("img")
+	if n := ops.get("open"); n != len(small)+2 {
+		t.Fatalf("%d OPEN requests for %d opens, want all of them", n, len(small)+2)
+	}
+	for _, name := range small[1:] {
+		check(name) // the 16th distinct warm reopen: OPEN answered ENOSYS
+	}
 	opens := ops.get("open")
-	if opens != 2 {
-		t.Fatalf("%d OPEN requests for two opens, want 2", opens)
+	if opens != 2*len(small)+1 {
+		t.Fatalf("%d OPEN requests for %d opens, want all of them", opens, 2*len(small)+1)
 	}
 	reads, releases := ops.get("read"), ops.get("release")
 	for range 5 {
