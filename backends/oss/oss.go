@@ -98,7 +98,7 @@ func (o Options) withDefaults() (Options, error) {
 	case o.Concurrency < 1 || o.Concurrency > 256:
 		return o, fmt.Errorf("OSS upload concurrency %d: want 1 to 256", o.Concurrency)
 	}
-	o.Retry = o.Retry.withDefaults()
+	o.Retry = o.Retry.WithDefaults()
 	return o, nil
 }
 

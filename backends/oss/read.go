@@ -57,7 +57,7 @@ func (b *Backend) Read(ctx context.Context, key string, opt backends.ReadOptions
 		if err == errEmpty {
 			return io.NopCloser(strings.NewReader("")), nil
 		}
-		if !rt.next(ctx, err) {
+		if !rt.Next(ctx, err) {
 			return nil, b.wrapErr("read", key, err)
 		}
 	}
@@ -172,7 +172,7 @@ func (r *reader) Read(p []byte) (int, error) {
 				if err == errEmpty {
 					err = fmt.Errorf("object shrank at offset %d: %w", r.pos, errTruncated)
 				}
-				if rt.next(r.ctx, err) {
+				if rt.Next(r.ctx, err) {
 					continue
 				}
 				return 0, r.b.wrapErr("read", r.key, err)
@@ -196,7 +196,7 @@ func (r *reader) Read(p []byte) (int, error) {
 				// Deliver what arrived; the next call resumes.
 				return n, nil
 			}
-			if !rt.next(r.ctx, err) {
+			if !rt.Next(r.ctx, err) {
 				return 0, r.b.wrapErr("read", r.key, err)
 			}
 			r.b.log.Debug("oss: resuming read", "key", r.key, "offset", r.pos, "err", err)

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"syscall"
-	"time"
 
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -25,77 +23,11 @@ import (
 // errors and truncated bodies, until MaxAttempts attempts or MaxElapsed
 // time have been spent. One layer means one budget, and a read that fails
 // mid-body resumes from where it stopped rather than from the start.
-type RetryOptions struct {
-	// MaxAttempts is the total number of tries (default 10).
-	MaxAttempts int
-	// BaseDelay is the first backoff (default 100ms); it doubles per try.
-	BaseDelay time.Duration
-	// MaxDelay caps one backoff (default 5s).
-	MaxDelay time.Duration
-	// MaxElapsed bounds the time spent retrying one call (default 2m).
-	MaxElapsed time.Duration
-}
+type RetryOptions = backends.RetryOptions
 
-func (o RetryOptions) withDefaults() RetryOptions {
-	if o.MaxAttempts <= 0 {
-		o.MaxAttempts = 10
-	}
-	if o.BaseDelay <= 0 {
-		o.BaseDelay = 100 * time.Millisecond
-	}
-	if o.MaxDelay <= 0 {
-		o.MaxDelay = 5 * time.Second
-	}
-	if o.MaxElapsed <= 0 {
-		o.MaxElapsed = 2 * time.Minute
-	}
-	return o
-}
-
-// backoff returns the delay before try number attempt+1 (attempt >= 1):
-// uniformly random in [d/2, d], d = min(BaseDelay*2^(attempt-1), MaxDelay).
-func (o RetryOptions) backoff(attempt int) time.Duration {
-	d := o.BaseDelay
-	for i := 1; i < attempt && d < o.MaxDelay; i++ {
-		d *= 2
-	}
-	d = min(d, o.MaxDelay)
-	return d/2 + rand.N(d/2+1)
-}
-
-// retrier tracks the retries of one call.
-type retrier struct {
-	o       RetryOptions
-	start   time.Time
-	attempt int
-}
-
-func newRetrier(o RetryOptions) *retrier { return &retrier{o: o, start: time.Now()} }
-
-// next reports whether err deserves another try, sleeping the backoff
-// first. It returns false on permanent errors, on a cancelled ctx, and
-// once the attempts or the time budget are spent.
-func (r *retrier) next(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || !isTransient(err) {
-		return false
-	}
-	r.attempt++
-	if r.attempt >= r.o.MaxAttempts {
-		return false
-	}
-	d := r.o.backoff(r.attempt)
-	if time.Since(r.start)+d > r.o.MaxElapsed {
-		return false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// newRetrier starts the retries of one call, with this store's notion of
+// a transient error.
+func newRetrier(o RetryOptions) *backends.Retrier { return backends.NewRetrier(o, isTransient) }
 
 // retry runs fn until it succeeds or a permanent error, cancellation or the
 // retry budget ends it.
@@ -106,10 +38,10 @@ func (b *Backend) retry(ctx context.Context, fn func() error) error {
 		if err == nil {
 			return nil
 		}
-		if !r.next(ctx, err) {
+		if !r.Next(ctx, err) {
 			return err
 		}
-		b.log.Debug("s3: retrying", "attempt", r.attempt, "err", err)
+		b.log.Debug("s3: retrying", "attempt", r.Attempt(), "err", err)
 	}
 }
 

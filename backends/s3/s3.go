@@ -141,7 +141,7 @@ func (o Options) withDefaults() (Options, error) {
 	case o.UploadChecksums != "" && o.UploadChecksums != "crc32" && o.UploadChecksums != "off":
 		return o, fmt.Errorf("S3 upload checksums %q: want crc32 or off", o.UploadChecksums)
 	}
-	o.Retry = o.Retry.withDefaults()
+	o.Retry = o.Retry.WithDefaults()
 	return o, nil
 }
 
