@@ -2,21 +2,20 @@ package ossemu
 
 import (
 	"errors"
-	"io/fs"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // S3 conditional writes: a PUT, CopyObject or CompleteMultipartUpload with
 // If-None-Match: * stores the object only if nothing is at its key yet;
 // otherwise 412 PreconditionFailed, and the object stays as it was. Of
 // racing writers the first to finish wins, as in S3: the check is the
-// publication itself (link(2), which fails if the name exists), so it is
-// atomic without a lock, even between emulators serving one root.
+// publication itself (publishIfAbsent: link(2), which fails if the name
+// exists), so it is atomic even between emulators serving one root. OSS's
+// x-oss-forbid-overwrite goes through the same publishIfAbsent and differs
+// only in its answer (409 FileAlreadyExists).
 
 // errPreconditionFailed reports a conditional write that found its key taken.
 var errPreconditionFailed = errors.New("At least one of the pre-conditions you specified did not hold.")
@@ -39,55 +38,6 @@ func ifNoneMatch(r *http.Request, rc *reqCtx) (bool, error) {
 	return true, nil
 }
 
-// publishIfAbsent is publish, except that it fails with
-// errPreconditionFailed when an object is at key: the temporary file is
-// hard-linked to the object's path, which fails if the path exists.
-// appendMu orders it with appends, which create objects under that lock.
-func (s *Server) publishIfAbsent(f *os.File, bucket, key string, m meta) (objInfo, error) {
-	s.appendMu.Lock()
-	defer s.appendMu.Unlock()
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return objInfo{}, err
-	}
-	m.Size, m.MtimeNs = fi.Size(), fi.ModTime().UnixNano()
-	err = writeMetaFd(f, m)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return objInfo{}, err
-	}
-	dst := s.objPath(bucket, key)
-	// A concurrent delete may prune a parent between MkdirAll and Link:
-	// try a few times.
-	for attempt := 0; ; attempt++ {
-		if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
-			err = os.Link(tmp, dst)
-		}
-		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == 3 {
-			break
-		}
-	}
-	s.dirs.Invalidate(s.bucketPath(bucket), filepath.Dir(dst))
-	switch {
-	case err == nil:
-		return objInfo{meta: m, path: dst, mtime: fi.ModTime()}, nil
-	case errors.Is(err, fs.ErrExist):
-		if dfi, serr := os.Lstat(dst); serr == nil && dfi.IsDir() {
-			// Keys under key/ exist, not key: what a plain PUT gets.
-			return objInfo{}, errConflict
-		}
-		return objInfo{}, errPreconditionFailed
-	case errors.Is(err, syscall.ENOTDIR):
-		return objInfo{}, errConflict
-	}
-	return objInfo{}, err
-}
-
 // putIfAbsent ends a PUT with If-None-Match: *, whose body is in f with
 // metadata m, as handlePut ends a plain one.
 func (s *Server) putIfAbsent(w http.ResponseWriter, r *http.Request, rc *reqCtx, f *os.File, m meta) {
@@ -108,9 +58,11 @@ func (s *Server) putIfAbsent(w http.ResponseWriter, r *http.Request, rc *reqCtx,
 // other error.
 func (s *Server) conditionalError(w http.ResponseWriter, r *http.Request, rc *reqCtx, err error) bool {
 	switch {
-	case errors.Is(err, errPreconditionFailed):
+	case errors.Is(err, errPreconditionFailed), errors.Is(err, errExists):
+		// errExists: publishIfAbsent found the key taken, which S3 says
+		// with 412 (OSS's forbid-overwrite PUT says 409 instead).
 		s.count("PreconditionFailed")
-		s.writeError(w, r, rc, http.StatusPreconditionFailed, "PreconditionFailed", err.Error())
+		s.writeError(w, r, rc, http.StatusPreconditionFailed, "PreconditionFailed", errPreconditionFailed.Error())
 	case errors.Is(err, errNotImplemented):
 		s.writeError(w, r, rc, http.StatusNotImplemented, "NotImplemented", err.Error())
 	default:

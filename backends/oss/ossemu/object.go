@@ -428,7 +428,7 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	publish := s.publish
 	if strings.EqualFold(r.Header.Get("X-Oss-Forbid-Overwrite"), "true") {
 		// As OSS: the PUT succeeds only if the key is free, atomically.
-		publish = s.publishNew
+		publish = s.publishIfAbsent
 	}
 	oi, err := publish(f, rc.bucket, rc.key, m)
 	if errors.Is(err, errExists) {

@@ -354,15 +354,19 @@ func (s *Server) publish(f *os.File, bucket, key string, m meta) (objInfo, error
 	return s.publishWith(f, bucket, key, m, os.Rename)
 }
 
-// errExists: an exclusive publish found the key taken.
+// errExists: an exclusive publish found the key taken. Each protocol's
+// caller answers it its own way: OSS's x-oss-forbid-overwrite with 409
+// FileAlreadyExists, S3's If-None-Match: * with 412 PreconditionFailed.
 var errExists = errors.New("object exists")
 
-// publishNew is publish for a PUT with x-oss-forbid-overwrite: the file is
-// linked into place, and link(2) fails if anything is at the path, so of
-// racing PUTs (or a PUT racing any other write) exactly one publishes; the
-// others get errExists. appendMu orders it with appends, which create
+// publishIfAbsent is publish for a create-if-absent write (OSS PUT with
+// x-oss-forbid-overwrite; S3 PUT, CopyObject or CompleteMultipartUpload
+// with If-None-Match: *): the file is linked into place, and link(2) fails
+// if anything is at the path, so of racing writers (or one racing any
+// other write) exactly one publishes; the others get errExists, and the
+// object stays as it was. appendMu orders it with appends, which create
 // objects under that lock.
-func (s *Server) publishNew(f *os.File, bucket, key string, m meta) (objInfo, error) {
+func (s *Server) publishIfAbsent(f *os.File, bucket, key string, m meta) (objInfo, error) {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
 	return s.publishWith(f, bucket, key, m, func(tmp, dst string) error {
@@ -372,7 +376,10 @@ func (s *Server) publishNew(f *os.File, bucket, key string, m meta) (objInfo, er
 			}
 			return err
 		}
-		return os.Remove(tmp)
+		// The object is published: a temporary name left behind (it is
+		// outside every bucket) must not turn the write into a failure.
+		_ = os.Remove(tmp)
+		return nil
 	})
 }
 
