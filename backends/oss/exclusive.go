@@ -49,6 +49,5 @@ func (b *Backend) WriteExclusive(ctx context.Context, key string, data []byte) (
 	if err != nil {
 		return backends.ObjectInfo{}, b.wrapErr("write", key, err)
 	}
-	w := &writer{key: key, size: int64(len(data))}
-	return w.info(h), nil
+	return writtenInfo(key, h, int64(len(data))), nil
 }
