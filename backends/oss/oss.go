@@ -25,6 +25,7 @@ import (
 	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/prefixdirs"
 )
 
 // Options configures the backend. Zero values take the defaults noted.
@@ -219,36 +220,52 @@ func isNotFound(err error) bool {
 	return st == http.StatusNotFound && code != "NoSuchBucket"
 }
 
-// Stat implements backends.Backend.
+// Stat implements backends.Backend (prefixdirs.Namespace.Stat).
 func (b *Backend) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
-	key = strings.TrimSuffix(key, "/")
-	if key == "" {
-		return backends.ObjectInfo{IsDir: true, Mode: 0o755}, nil
-	}
-	h, err := b.head(ctx, key)
-	if err == nil {
-		return infoFromHeader(key, h), nil
-	}
-	if !isNotFound(err) {
-		return backends.ObjectInfo{}, b.wrapErr("stat", key, err)
-	}
-	isDir, err := b.dirExists(ctx, key)
-	if err != nil {
-		return backends.ObjectInfo{}, b.wrapErr("stat", key, err)
-	}
-	if !isDir {
-		return backends.ObjectInfo{}, backends.Wrap("stat", key, backends.ErrNotExist, nil)
-	}
-	return backends.ObjectInfo{Key: key, IsDir: true, Mode: 0o755}, nil
+	return b.ns().Stat(ctx, key)
 }
 
-// dirExists reports whether anything (a marker or objects) lies under key/.
-func (b *Backend) dirExists(ctx context.Context, key string) (bool, error) {
-	res, err := b.listRaw(ctx, b.object(key)+"/", "", "", "", 1)
+// ns is the bucket's directory view under the backend's prefix.
+func (b *Backend) ns() prefixdirs.Namespace {
+	return prefixdirs.Namespace{Store: dirStore{b}, Prefix: b.prefix, PageSize: listPageSize, Truncated: errTruncated}
+}
+
+// dirStore is the OSS API's side of prefixdirs: HEAD, ListObjectsV2 and
+// symlink objects.
+type dirStore struct{ b *Backend }
+
+// Head implements prefixdirs.Store.
+func (d dirStore) Head(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	h, err := d.b.head(ctx, key)
 	if err != nil {
-		return false, err
+		return backends.ObjectInfo{}, err
 	}
-	return len(res.Objects) > 0 || len(res.CommonPrefixes) > 0, nil
+	return infoFromHeader(key, h), nil
+}
+
+// NotFound implements prefixdirs.Store.
+func (d dirStore) NotFound(err error) bool { return isNotFound(err) }
+
+// Wrap implements prefixdirs.Store.
+func (d dirStore) Wrap(op, key string, err error) error { return d.b.wrapErr(op, key, err) }
+
+// ResolveLink implements prefixdirs.LinkResolver.
+func (d dirStore) ResolveLink(ctx context.Context, oi *backends.ObjectInfo) error {
+	return d.b.linkInfo(ctx, oi)
+}
+
+// ListPage implements prefixdirs.Store.
+func (d dirStore) ListPage(ctx context.Context, prefix, delim, token, startAfter string, max int) (prefixdirs.Page, error) {
+	res, err := d.b.listRaw(ctx, prefix, delim, token, startAfter, max)
+	if err != nil {
+		return prefixdirs.Page{}, err
+	}
+	page := prefixdirs.Page{Entries: make([]prefixdirs.Entry, len(res.Objects)), Prefixes: res.CommonPrefixes,
+		Truncated: res.IsTruncated, NextToken: res.NextContinuationToken}
+	for i, o := range res.Objects {
+		page.Entries[i] = prefixdirs.Entry{Name: o.Key, Size: o.Size, ModTime: o.LastModified, ETag: strings.Trim(o.ETag, `"`), Link: o.Type == ossSymlinkType}
+	}
+	return page, nil
 }
 
 // listRaw lists one page of objects under prefix. startAfter (a full
@@ -272,53 +289,9 @@ func (b *Backend) listRaw(ctx context.Context, prefix, delim, token, startAfter 
 	return res, err
 }
 
-// List implements backends.Backend. Non-recursive listings report
-// sub-directories as Prefixes; a directory's own marker is skipped;
-// recursive listings report markers as directories.
+// List implements backends.Backend (prefixdirs.Namespace.List).
 func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
-	max := opt.MaxKeys
-	if max <= 0 || max > listPageSize {
-		max = listPageSize
-	}
-	delim := "/"
-	if opt.Recursive {
-		delim = ""
-	}
-	startAfter := ""
-	if opt.StartAfter != "" {
-		startAfter = b.object(opt.StartAfter)
-	}
-	res, err := b.listRaw(ctx, b.object(opt.Prefix), delim, opt.Token, startAfter, max)
-	if err != nil {
-		return backends.ListPage{}, b.wrapErr("list", opt.Prefix, err)
-	}
-	var page backends.ListPage
-	for _, o := range res.Objects {
-		rel := strings.TrimPrefix(o.Key, b.prefix)
-		if rel == "" || rel == opt.Prefix && strings.HasSuffix(rel, "/") {
-			continue // the listed directory's own marker
-		}
-		if strings.HasSuffix(rel, "/") {
-			page.Objects = append(page.Objects, backends.ObjectInfo{Key: strings.TrimSuffix(rel, "/"), ModTime: o.LastModified, IsDir: true, Mode: 0o755})
-			continue
-		}
-		oi := backends.ObjectInfo{Key: rel, Size: o.Size, ModTime: o.LastModified, Version: strings.Trim(o.ETag, `"`), Mode: 0o644}
-		if opt.Links && o.Type == ossSymlinkType {
-			if err := b.linkInfo(ctx, &oi); errors.Is(err, backends.ErrNotExist) {
-				continue // deleted since the listing
-			} else if err != nil {
-				return backends.ListPage{}, err
-			}
-		}
-		page.Objects = append(page.Objects, oi)
-	}
-	for _, p := range res.CommonPrefixes {
-		page.Prefixes = append(page.Prefixes, strings.TrimSuffix(strings.TrimPrefix(p, b.prefix), "/"))
-	}
-	if res.IsTruncated {
-		page.NextToken = res.NextContinuationToken
-	}
-	return page, nil
+	return b.ns().List(ctx, opt)
 }
 
 // Delete implements backends.Backend.

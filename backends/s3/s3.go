@@ -34,6 +34,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/prefixdirs"
 )
 
 // Options configures the backend. Zero values take the defaults noted.
@@ -321,37 +322,50 @@ func (b *Backend) head(ctx context.Context, key string) (*s3.HeadObjectOutput, e
 	return out, err
 }
 
-// Stat implements backends.Backend.
+// Stat implements backends.Backend (prefixdirs.Namespace.Stat).
 func (b *Backend) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
-	key = strings.TrimSuffix(key, "/")
-	if key == "" {
-		return backends.ObjectInfo{IsDir: true, Mode: 0o755}, nil
-	}
-	h, err := b.head(ctx, key)
-	if err == nil {
-		return backends.ObjectInfo{Key: key, Size: aws.ToInt64(h.ContentLength), ModTime: aws.ToTime(h.LastModified),
-			Version: etagOf(h.ETag), Mode: 0o644}, nil
-	}
-	if !isNotFound(err) {
-		return backends.ObjectInfo{}, b.wrapErr("stat", key, err)
-	}
-	isDir, err := b.dirExists(ctx, key)
-	if err != nil {
-		return backends.ObjectInfo{}, b.wrapErr("stat", key, err)
-	}
-	if !isDir {
-		return backends.ObjectInfo{}, backends.Wrap("stat", key, backends.ErrNotExist, nil)
-	}
-	return backends.ObjectInfo{Key: key, IsDir: true, Mode: 0o755}, nil
+	return b.ns().Stat(ctx, key)
 }
 
-// dirExists reports whether anything (a marker or objects) lies under key/.
-func (b *Backend) dirExists(ctx context.Context, key string) (bool, error) {
-	res, err := b.listRaw(ctx, b.object(key)+"/", "", "", "", 1)
+// ns is the bucket's directory view under the backend's prefix.
+func (b *Backend) ns() prefixdirs.Namespace {
+	return prefixdirs.Namespace{Store: dirStore{b}, Prefix: b.prefix, PageSize: listPageSize, Truncated: errTruncated}
+}
+
+// dirStore is the S3 API's side of prefixdirs: HEAD and ListObjectsV2.
+type dirStore struct{ b *Backend }
+
+// Head implements prefixdirs.Store.
+func (d dirStore) Head(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	h, err := d.b.head(ctx, key)
 	if err != nil {
-		return false, err
+		return backends.ObjectInfo{}, err
 	}
-	return len(res.Contents) > 0 || len(res.CommonPrefixes) > 0, nil
+	return backends.ObjectInfo{Key: key, Size: aws.ToInt64(h.ContentLength), ModTime: aws.ToTime(h.LastModified),
+		Version: etagOf(h.ETag), Mode: 0o644}, nil
+}
+
+// NotFound implements prefixdirs.Store.
+func (d dirStore) NotFound(err error) bool { return isNotFound(err) }
+
+// Wrap implements prefixdirs.Store.
+func (d dirStore) Wrap(op, key string, err error) error { return d.b.wrapErr(op, key, err) }
+
+// ListPage implements prefixdirs.Store.
+func (d dirStore) ListPage(ctx context.Context, prefix, delim, token, startAfter string, max int) (prefixdirs.Page, error) {
+	res, err := d.b.listRaw(ctx, prefix, delim, token, startAfter, max)
+	if err != nil {
+		return prefixdirs.Page{}, err
+	}
+	page := prefixdirs.Page{Entries: make([]prefixdirs.Entry, len(res.Contents)), Truncated: aws.ToBool(res.IsTruncated),
+		NextToken: aws.ToString(res.NextContinuationToken)}
+	for i, o := range res.Contents {
+		page.Entries[i] = prefixdirs.Entry{Name: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified), ETag: etagOf(o.ETag)}
+	}
+	for _, p := range res.CommonPrefixes {
+		page.Prefixes = append(page.Prefixes, aws.ToString(p.Prefix))
+	}
+	return page, nil
 }
 
 // listRaw lists one page, with its keys and prefixes decoded: they are
@@ -400,50 +414,9 @@ func decodeKey(k *string) (*string, error) {
 	return &d, nil
 }
 
-// List implements backends.Backend. Non-recursive listings report
-// sub-directories as Prefixes; a directory's own marker is skipped;
-// recursive listings report markers as directories.
+// List implements backends.Backend (prefixdirs.Namespace.List).
 func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
-	max := opt.MaxKeys
-	if max <= 0 || max > listPageSize {
-		max = listPageSize
-	}
-	delim := "/"
-	if opt.Recursive {
-		delim = ""
-	}
-	startAfter := ""
-	if opt.StartAfter != "" {
-		startAfter = b.object(opt.StartAfter)
-	}
-	res, err := b.listRaw(ctx, b.object(opt.Prefix), delim, opt.Token, startAfter, max)
-	if err != nil {
-		return backends.ListPage{}, b.wrapErr("list", opt.Prefix, err)
-	}
-	var page backends.ListPage
-	for _, o := range res.Contents {
-		rel := strings.TrimPrefix(aws.ToString(o.Key), b.prefix)
-		if rel == "" || rel == opt.Prefix && strings.HasSuffix(rel, "/") {
-			continue // the listed directory's own marker
-		}
-		if strings.HasSuffix(rel, "/") {
-			page.Objects = append(page.Objects, backends.ObjectInfo{Key: strings.TrimSuffix(rel, "/"), ModTime: aws.ToTime(o.LastModified), IsDir: true, Mode: 0o755})
-			continue
-		}
-		page.Objects = append(page.Objects, backends.ObjectInfo{Key: rel, Size: aws.ToInt64(o.Size), ModTime: aws.ToTime(o.LastModified), Version: etagOf(o.ETag), Mode: 0o644})
-	}
-	for _, p := range res.CommonPrefixes {
-		page.Prefixes = append(page.Prefixes, strings.TrimSuffix(strings.TrimPrefix(aws.ToString(p.Prefix), b.prefix), "/"))
-	}
-	if aws.ToBool(res.IsTruncated) {
-		page.NextToken = aws.ToString(res.NextContinuationToken)
-		if page.NextToken == "" {
-			// A truncated page without a token would end the listing
-			// early and silently.
-			return backends.ListPage{}, b.wrapErr("list", opt.Prefix, fmt.Errorf("truncated listing without a continuation token: %w", errTruncated))
-		}
-	}
-	return page, nil
+	return b.ns().List(ctx, opt)
 }
 
 // Delete implements backends.Backend. S3 deletes a missing key without

@@ -1,0 +1,168 @@
+// Package prefixdirs gives a flat object store (oss, s3) the directories
+// of the Backend contract: "a/b" is a directory when objects lie under
+// "a/b/", or its marker object "a/b/" exists; a listing with the "/"
+// delimiter reports sub-directories as Prefixes and skips the listed
+// directory's own marker; a recursive one reports markers as directories.
+// The stores differ only in how one HEAD and one page of listing are
+// asked for, so each backend gives those as a Store, and Stat and List are
+// shaped here once.
+package prefixdirs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mlfsd/mlfsd/backends"
+)
+
+// Entry is one listed object.
+type Entry struct {
+	// Name is the object's full name, the backend's root prefix included.
+	Name    string
+	Size    int64
+	ModTime time.Time
+	// ETag is the object's ETag, unquoted.
+	ETag string
+	// Link: a symlink object (oss), whose target LinkResolver gives.
+	Link bool
+}
+
+// Page is one page of a store's listing.
+type Page struct {
+	Entries []Entry
+	// Prefixes are full names, ending in the delimiter.
+	Prefixes  []string
+	Truncated bool
+	// NextToken continues a truncated listing.
+	NextToken string
+}
+
+// Store is a flat store's side of the namespace. Each method is one call
+// with the store's own retries, returning the store's own errors.
+type Store interface {
+	// Head returns the info of the object at key (relative to the root).
+	Head(ctx context.Context, key string) (backends.ObjectInfo, error)
+	// NotFound reports whether err says that no object is at the key
+	// (not that the bucket is missing).
+	NotFound(err error) bool
+	// ListPage lists up to max objects (full names) under prefix,
+	// folded at delim unless it is "", from token, or else after the
+	// full name startAfter.
+	ListPage(ctx context.Context, prefix, delim, token, startAfter string, max int) (Page, error)
+	// Wrap maps a store error to a backends error for op on key.
+	Wrap(op, key string, err error) error
+}
+
+// LinkResolver is implemented by Stores with symlink objects (oss): a
+// listing that asks for links (ListOptions.Links) has each listed link's
+// info filled in by ResolveLink, which wraps ErrNotExist for a link gone
+// since the listing. Optional, discovered by type assertion.
+type LinkResolver interface {
+	ResolveLink(ctx context.Context, oi *backends.ObjectInfo) error
+}
+
+// Namespace is a store's directory view, rooted at Prefix.
+type Namespace struct {
+	Store Store
+	// Prefix is the root's object-name prefix: "" or ending in '/'.
+	Prefix string
+	// PageSize is the largest page the store lists.
+	PageSize int
+	// Truncated is the store's error for a response cut short (which its
+	// Wrap takes as transient): a truncated page without a continuation
+	// token is one.
+	Truncated error
+}
+
+func (n Namespace) object(key string) string { return n.Prefix + key }
+
+// Stat implements backends.Backend.Stat: the object at key, or else the
+// directory key if anything lies under key/.
+func (n Namespace) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	key = strings.TrimSuffix(key, "/")
+	if key == "" {
+		return backends.ObjectInfo{IsDir: true, Mode: 0o755}, nil
+	}
+	info, err := n.Store.Head(ctx, key)
+	if err == nil {
+		return info, nil
+	}
+	if !n.Store.NotFound(err) {
+		return backends.ObjectInfo{}, n.Store.Wrap("stat", key, err)
+	}
+	isDir, err := n.dirExists(ctx, key)
+	if err != nil {
+		return backends.ObjectInfo{}, n.Store.Wrap("stat", key, err)
+	}
+	if !isDir {
+		return backends.ObjectInfo{}, backends.Wrap("stat", key, backends.ErrNotExist, nil)
+	}
+	return backends.ObjectInfo{Key: key, IsDir: true, Mode: 0o755}, nil
+}
+
+// dirExists reports whether anything (a marker or objects) lies under key/.
+func (n Namespace) dirExists(ctx context.Context, key string) (bool, error) {
+	page, err := n.Store.ListPage(ctx, n.object(key)+"/", "", "", "", 1)
+	if err != nil {
+		return false, err
+	}
+	return len(page.Entries) > 0 || len(page.Prefixes) > 0, nil
+}
+
+// List implements backends.Backend.List. Non-recursive listings report
+// sub-directories as Prefixes; a directory's own marker is skipped;
+// recursive listings report markers as directories.
+func (n Namespace) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
+	max := opt.MaxKeys
+	if max <= 0 || max > n.PageSize {
+		max = n.PageSize
+	}
+	delim := "/"
+	if opt.Recursive {
+		delim = ""
+	}
+	startAfter := ""
+	if opt.StartAfter != "" {
+		startAfter = n.object(opt.StartAfter)
+	}
+	res, err := n.Store.ListPage(ctx, n.object(opt.Prefix), delim, opt.Token, startAfter, max)
+	if err != nil {
+		return backends.ListPage{}, n.Store.Wrap("list", opt.Prefix, err)
+	}
+	links, _ := n.Store.(LinkResolver)
+	var page backends.ListPage
+	for _, o := range res.Entries {
+		rel := strings.TrimPrefix(o.Name, n.Prefix)
+		if rel == "" || rel == opt.Prefix && strings.HasSuffix(rel, "/") {
+			continue // the listed directory's own marker
+		}
+		if strings.HasSuffix(rel, "/") {
+			page.Objects = append(page.Objects, backends.ObjectInfo{Key: strings.TrimSuffix(rel, "/"), ModTime: o.ModTime, IsDir: true, Mode: 0o755})
+			continue
+		}
+		oi := backends.ObjectInfo{Key: rel, Size: o.Size, ModTime: o.ModTime, Version: o.ETag, Mode: 0o644}
+		if opt.Links && o.Link && links != nil {
+			if err := links.ResolveLink(ctx, &oi); errors.Is(err, backends.ErrNotExist) {
+				continue // deleted since the listing
+			} else if err != nil {
+				return backends.ListPage{}, err
+			}
+		}
+		page.Objects = append(page.Objects, oi)
+	}
+	for _, p := range res.Prefixes {
+		page.Prefixes = append(page.Prefixes, strings.TrimSuffix(strings.TrimPrefix(p, n.Prefix), "/"))
+	}
+	if res.Truncated {
+		page.NextToken = res.NextToken
+		if page.NextToken == "" {
+			// A truncated page without a token would end the listing
+			// early and silently.
+			return backends.ListPage{}, n.Store.Wrap("list", opt.Prefix, fmt.Errorf("truncated listing without a continuation token: %w", n.Truncated))
+		}
+	}
+	return page, nil
+}
