@@ -67,13 +67,3 @@ func (b *Backend) readLink(ctx context.Context, key string) (string, error) {
 	}
 	return target, nil
 }
-
-// linkInfo fills in the link fields of a listed symlink object.
-func (b *Backend) linkInfo(ctx context.Context, oi *backends.ObjectInfo) error {
-	target, err := b.readLink(ctx, oi.Key)
-	if err != nil {
-		return err
-	}
-	oi.Link, oi.Size, oi.Mode = target, int64(len(target)), 0o777
-	return nil
-}

@@ -13,7 +13,6 @@ package oss
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -225,13 +224,24 @@ func (b *Backend) Stat(ctx context.Context, key string) (backends.ObjectInfo, er
 	return b.ns().Stat(ctx, key)
 }
 
+// List implements backends.Backend (prefixdirs.Namespace.List).
+func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
+	return b.ns().List(ctx, opt)
+}
+
+// Delete implements backends.Backend (prefixdirs.Namespace.Delete).
+func (b *Backend) Delete(ctx context.Context, key string) error { return b.ns().Delete(ctx, key) }
+
+// MakeDir implements backends.DirMaker (prefixdirs.Namespace.MakeDir).
+func (b *Backend) MakeDir(ctx context.Context, key string) error { return b.ns().MakeDir(ctx, key) }
+
 // ns is the bucket's directory view under the backend's prefix.
 func (b *Backend) ns() prefixdirs.Namespace {
 	return prefixdirs.Namespace{Store: dirStore{b}, Prefix: b.prefix, PageSize: listPageSize, Truncated: errTruncated}
 }
 
-// dirStore is the OSS API's side of prefixdirs: HEAD, ListObjectsV2 and
-// symlink objects.
+// dirStore is the OSS API's side of prefixdirs: HEAD, ListObjectsV2,
+// symlink objects, DeleteObject and marker PUTs.
 type dirStore struct{ b *Backend }
 
 // Head implements prefixdirs.Store.
@@ -249,9 +259,9 @@ func (d dirStore) NotFound(err error) bool { return isNotFound(err) }
 // Wrap implements prefixdirs.Store.
 func (d dirStore) Wrap(op, key string, err error) error { return d.b.wrapErr(op, key, err) }
 
-// ResolveLink implements prefixdirs.LinkResolver.
-func (d dirStore) ResolveLink(ctx context.Context, oi *backends.ObjectInfo) error {
-	return d.b.linkInfo(ctx, oi)
+// ReadLink implements prefixdirs.LinkReader.
+func (d dirStore) ReadLink(ctx context.Context, key string) (string, error) {
+	return d.b.readLink(ctx, key)
 }
 
 // ListPage implements prefixdirs.Store.
@@ -266,6 +276,16 @@ func (d dirStore) ListPage(ctx context.Context, prefix, delim, token, startAfter
 		page.Entries[i] = prefixdirs.Entry{Name: o.Key, Size: o.Size, ModTime: o.LastModified, ETag: strings.Trim(o.ETag, `"`), Link: o.Type == ossSymlinkType}
 	}
 	return page, nil
+}
+
+// Delete implements prefixdirs.Store.
+func (d dirStore) Delete(ctx context.Context, name string) error { return d.b.deleteObject(ctx, name) }
+
+// PutMarker implements prefixdirs.Store.
+func (d dirStore) PutMarker(ctx context.Context, name string) error {
+	return d.b.retry(ctx, func() error {
+		return d.b.bucket.PutObject(name, bytes.NewReader(nil), alioss.WithContext(ctx))
+	})
 }
 
 // listRaw lists one page of objects under prefix. startAfter (a full
@@ -289,46 +309,6 @@ func (b *Backend) listRaw(ctx context.Context, prefix, delim, token, startAfter 
 	return res, err
 }
 
-// List implements backends.Backend (prefixdirs.Namespace.List).
-func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
-	return b.ns().List(ctx, opt)
-}
-
-// Delete implements backends.Backend.
-func (b *Backend) Delete(ctx context.Context, key string) error {
-	k := strings.TrimSuffix(key, "/")
-	if k == "" {
-		return backends.Wrap("delete", key, backends.ErrInvalid, errors.New("cannot delete the root"))
-	}
-	if !strings.HasSuffix(key, "/") {
-		_, err := b.head(ctx, k)
-		if err == nil {
-			return b.wrapErr("delete", k, b.deleteObject(ctx, b.object(k)))
-		}
-		if !isNotFound(err) {
-			return b.wrapErr("delete", k, err)
-		}
-		// HEAD follows a symlink object: a dangling one reads as missing.
-		if _, lerr := b.readLink(ctx, k); lerr == nil {
-			return b.wrapErr("delete", k, b.deleteObject(ctx, b.object(k)))
-		}
-	}
-	res, err := b.listRaw(ctx, b.object(k)+"/", "", "", "", 2)
-	if err != nil {
-		return b.wrapErr("delete", k, err)
-	}
-	if len(res.Objects) == 0 {
-		return backends.Wrap("delete", k, backends.ErrNotExist, nil)
-	}
-	marker := b.object(k) + "/"
-	for _, o := range res.Objects {
-		if o.Key != marker {
-			return backends.Wrap("delete", k, backends.ErrNotEmpty, nil)
-		}
-	}
-	return b.wrapErr("delete", k, b.deleteObject(ctx, marker))
-}
-
 func (b *Backend) deleteObject(ctx context.Context, name string) error {
 	return b.retry(ctx, func() error {
 		return b.bucket.DeleteObject(name, alioss.WithContext(ctx))
@@ -345,33 +325,6 @@ func (b *Backend) Copy(ctx context.Context, from, to string) (backends.ObjectInf
 		return backends.ObjectInfo{}, b.wrapErr("copy", from, err)
 	}
 	return b.Stat(ctx, to)
-}
-
-// MakeDir implements backends.DirMaker with "key/" marker objects for key
-// and each of its parents.
-func (b *Backend) MakeDir(ctx context.Context, key string) error {
-	key = strings.TrimSuffix(key, "/")
-	if key == "" {
-		return nil
-	}
-	if _, err := b.head(ctx, key); err == nil {
-		return backends.Wrap("mkdir", key, backends.ErrExist, errors.New("an object of that name exists"))
-	} else if !isNotFound(err) {
-		return b.wrapErr("mkdir", key, err)
-	}
-	// Markers for the parents too, so they outlive their last child like
-	// real directories do.
-	segs := strings.Split(key, "/")
-	for i := range segs {
-		marker := b.object(strings.Join(segs[:i+1], "/")) + "/"
-		err := b.retry(ctx, func() error {
-			return b.bucket.PutObject(marker, bytes.NewReader(nil), alioss.WithContext(ctx))
-		})
-		if err != nil {
-			return b.wrapErr("mkdir", key, err)
-		}
-	}
-	return nil
 }
 
 // now is the clock used for ModTime when the server sends no Date.

@@ -52,16 +52,24 @@ type Store interface {
 	// folded at delim unless it is "", from token, or else after the
 	// full name startAfter.
 	ListPage(ctx context.Context, prefix, delim, token, startAfter string, max int) (Page, error)
-	// Wrap maps a store error to a backends error for op on key.
+	// Delete deletes the object of that full name.
+	Delete(ctx context.Context, name string) error
+	// PutMarker stores an empty object of that full name (a directory
+	// marker, "a/b/").
+	PutMarker(ctx context.Context, name string) error
+	// Wrap maps a store error to a backends error for op on key (nil to
+	// nil).
 	Wrap(op, key string, err error) error
 }
 
-// LinkResolver is implemented by Stores with symlink objects (oss): a
-// listing that asks for links (ListOptions.Links) has each listed link's
-// info filled in by ResolveLink, which wraps ErrNotExist for a link gone
-// since the listing. Optional, discovered by type assertion.
-type LinkResolver interface {
-	ResolveLink(ctx context.Context, oi *backends.ObjectInfo) error
+// LinkReader is implemented by Stores with symlink objects (oss), which
+// HEAD follows. ReadLink returns the target of the link object at key,
+// or an error wrapping ErrNotExist if no link is there. A listing that
+// asks for links (ListOptions.Links) reports each listed link with its
+// target, and Delete deletes a link even when it dangles. Optional,
+// discovered by type assertion.
+type LinkReader interface {
+	ReadLink(ctx context.Context, key string) (string, error)
 }
 
 // Namespace is a store's directory view, rooted at Prefix.
@@ -132,7 +140,7 @@ func (n Namespace) List(ctx context.Context, opt backends.ListOptions) (backends
 	if err != nil {
 		return backends.ListPage{}, n.Store.Wrap("list", opt.Prefix, err)
 	}
-	links, _ := n.Store.(LinkResolver)
+	links, _ := n.Store.(LinkReader)
 	var page backends.ListPage
 	for _, o := range res.Entries {
 		rel := strings.TrimPrefix(o.Name, n.Prefix)
@@ -145,11 +153,13 @@ func (n Namespace) List(ctx context.Context, opt backends.ListOptions) (backends
 		}
 		oi := backends.ObjectInfo{Key: rel, Size: o.Size, ModTime: o.ModTime, Version: o.ETag, Mode: 0o644}
 		if opt.Links && o.Link && links != nil {
-			if err := links.ResolveLink(ctx, &oi); errors.Is(err, backends.ErrNotExist) {
+			target, err := links.ReadLink(ctx, rel)
+			if errors.Is(err, backends.ErrNotExist) {
 				continue // deleted since the listing
 			} else if err != nil {
 				return backends.ListPage{}, err
 			}
+			oi.Link, oi.Size, oi.Mode = target, int64(len(target)), 0o777
 		}
 		page.Objects = append(page.Objects, oi)
 	}
@@ -165,4 +175,66 @@ func (n Namespace) List(ctx context.Context, opt backends.ListOptions) (backends
 		}
 	}
 	return page, nil
+}
+
+// Delete implements backends.Backend.Delete: an object, or an empty
+// directory (its marker). Stores delete a missing key without complaint,
+// so the key is looked up first to report ErrNotExist.
+func (n Namespace) Delete(ctx context.Context, key string) error {
+	k := strings.TrimSuffix(key, "/")
+	if k == "" {
+		return backends.Wrap("delete", key, backends.ErrInvalid, errors.New("cannot delete the root"))
+	}
+	if !strings.HasSuffix(key, "/") {
+		_, err := n.Store.Head(ctx, k)
+		if err == nil {
+			return n.Store.Wrap("delete", k, n.Store.Delete(ctx, n.object(k)))
+		}
+		if !n.Store.NotFound(err) {
+			return n.Store.Wrap("delete", k, err)
+		}
+		if links, ok := n.Store.(LinkReader); ok {
+			// HEAD follows a symlink object: a dangling one reads as
+			// missing.
+			if _, lerr := links.ReadLink(ctx, k); lerr == nil {
+				return n.Store.Wrap("delete", k, n.Store.Delete(ctx, n.object(k)))
+			}
+		}
+	}
+	page, err := n.Store.ListPage(ctx, n.object(k)+"/", "", "", "", 2)
+	if err != nil {
+		return n.Store.Wrap("delete", k, err)
+	}
+	if len(page.Entries) == 0 {
+		return backends.Wrap("delete", k, backends.ErrNotExist, nil)
+	}
+	marker := n.object(k) + "/"
+	for _, o := range page.Entries {
+		if o.Name != marker {
+			return backends.Wrap("delete", k, backends.ErrNotEmpty, nil)
+		}
+	}
+	return n.Store.Wrap("delete", k, n.Store.Delete(ctx, marker))
+}
+
+// MakeDir implements backends.DirMaker with "key/" marker objects for key
+// and each of its parents, so that they outlive their last child as real
+// directories do.
+func (n Namespace) MakeDir(ctx context.Context, key string) error {
+	key = strings.TrimSuffix(key, "/")
+	if key == "" {
+		return nil
+	}
+	if _, err := n.Store.Head(ctx, key); err == nil {
+		return backends.Wrap("mkdir", key, backends.ErrExist, errors.New("an object of that name exists"))
+	} else if !n.Store.NotFound(err) {
+		return n.Store.Wrap("mkdir", key, err)
+	}
+	segs := strings.Split(key, "/")
+	for i := range segs {
+		if err := n.Store.PutMarker(ctx, n.object(strings.Join(segs[:i+1], "/"))+"/"); err != nil {
+			return n.Store.Wrap("mkdir", key, err)
+		}
+	}
+	return nil
 }

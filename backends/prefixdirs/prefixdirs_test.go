@@ -42,6 +42,9 @@ func (f *fakeStore) Head(ctx context.Context, key string) (backends.ObjectInfo, 
 func (f *fakeStore) NotFound(err error) bool { return errors.Is(err, errMissing) }
 
 func (f *fakeStore) Wrap(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
 	if errors.Is(err, errTruncated) {
 		return backends.Wrap(op, key, backends.ErrTransient, err)
 	}
@@ -90,16 +93,42 @@ func (f *fakeStore) ListPage(ctx context.Context, prefix, delim, token, startAft
 	return page, nil
 }
 
-// linkStore also resolves links.
+func (f *fakeStore) Delete(ctx context.Context, name string) error {
+	if f.down {
+		return errDown
+	}
+	delete(f.names, name)
+	delete(f.links, name)
+	return nil
+}
+
+func (f *fakeStore) PutMarker(ctx context.Context, name string) error {
+	if f.down {
+		return errDown
+	}
+	f.names[name] = 0
+	return nil
+}
+
+// linkStore also reads links, which (as OSS's HEAD does) Head follows:
+// a dangling link reads as missing.
 type linkStore struct{ *fakeStore }
 
-func (l linkStore) ResolveLink(ctx context.Context, oi *backends.ObjectInfo) error {
-	t, ok := l.links["root/"+oi.Key]
-	if !ok || t == "" {
-		return backends.Wrap("readlink", oi.Key, backends.ErrNotExist, nil)
+func (l linkStore) Head(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	if t, ok := l.links["root/"+key]; ok {
+		if _, ok := l.names["root/"+t]; !ok {
+			return backends.ObjectInfo{}, errMissing
+		}
 	}
-	oi.Link, oi.Size, oi.Mode = t, int64(len(t)), 0o777
-	return nil
+	return l.fakeStore.Head(ctx, key)
+}
+
+func (l linkStore) ReadLink(ctx context.Context, key string) (string, error) {
+	t, ok := l.links["root/"+key]
+	if !ok || t == "" {
+		return "", backends.Wrap("readlink", key, backends.ErrNotExist, nil)
+	}
+	return t, nil
 }
 
 func newStore() *fakeStore {
@@ -206,5 +235,65 @@ func TestList(t *testing.T) {
 	st.noToken = true
 	if _, err := n.List(t.Context(), backends.ListOptions{Recursive: true}); !errors.Is(err, backends.ErrTransient) || !errors.Is(err, errTruncated) {
 		t.Errorf("a truncated page without a token = %v, want a transient error", err)
+	}
+}
+
+// TestDelete: an object, an empty directory (its marker), a dangling link;
+// not a directory with children, nor a missing key, nor the root.
+func TestDelete(t *testing.T) {
+	st := newStore()
+	st.names["root/dangling"] = 1
+	st.links["root/dangling"] = "nowhere"
+	n := ns(linkStore{st})
+	ctx := t.Context()
+	for key, want := range map[string]error{
+		"":         backends.ErrInvalid,
+		"/":        backends.ErrInvalid,
+		"missing":  backends.ErrNotExist,
+		"missing/": backends.ErrNotExist,
+		"d":        backends.ErrNotEmpty,
+		"e":        backends.ErrNotEmpty,
+	} {
+		if err := n.Delete(ctx, key); !errors.Is(err, want) {
+			t.Errorf("Delete(%q) = %v, want %v", key, err, want)
+		}
+	}
+	for _, key := range []string{"a", "dangling", "d/f", "d/sub/g", "d"} {
+		before := len(st.names)
+		if err := n.Delete(ctx, key); err != nil || len(st.names) != before-1 {
+			t.Errorf("Delete(%q) = %v, removed %d names", key, err, before-len(st.names))
+		}
+	}
+	if _, ok := st.names["root/d/"]; ok {
+		t.Error("the marker of a deleted directory stays")
+	}
+	st.down = true
+	if err := n.Delete(ctx, "a"); !errors.Is(err, errDown) {
+		t.Errorf("Delete with the store down = %v", err)
+	}
+}
+
+// TestMakeDir: markers for the directory and every parent; an object of
+// that name refuses.
+func TestMakeDir(t *testing.T) {
+	st := newStore()
+	n := ns(st)
+	if err := n.MakeDir(t.Context(), "x/y/z/"); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"root/x/", "root/x/y/", "root/x/y/z/"} {
+		if _, ok := st.names[m]; !ok {
+			t.Errorf("no marker %q", m)
+		}
+	}
+	if err := n.MakeDir(t.Context(), "a"); !errors.Is(err, backends.ErrExist) {
+		t.Errorf("MakeDir over an object = %v, want ErrExist", err)
+	}
+	if err := n.MakeDir(t.Context(), ""); err != nil {
+		t.Errorf("MakeDir of the root = %v", err)
+	}
+	st.down = true
+	if err := n.MakeDir(t.Context(), "q"); !errors.Is(err, errDown) {
+		t.Errorf("MakeDir with the store down = %v", err)
 	}
 }

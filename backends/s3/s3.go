@@ -16,7 +16,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -327,12 +326,24 @@ func (b *Backend) Stat(ctx context.Context, key string) (backends.ObjectInfo, er
 	return b.ns().Stat(ctx, key)
 }
 
+// List implements backends.Backend (prefixdirs.Namespace.List).
+func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
+	return b.ns().List(ctx, opt)
+}
+
+// Delete implements backends.Backend (prefixdirs.Namespace.Delete).
+func (b *Backend) Delete(ctx context.Context, key string) error { return b.ns().Delete(ctx, key) }
+
+// MakeDir implements backends.DirMaker (prefixdirs.Namespace.MakeDir).
+func (b *Backend) MakeDir(ctx context.Context, key string) error { return b.ns().MakeDir(ctx, key) }
+
 // ns is the bucket's directory view under the backend's prefix.
 func (b *Backend) ns() prefixdirs.Namespace {
 	return prefixdirs.Namespace{Store: dirStore{b}, Prefix: b.prefix, PageSize: listPageSize, Truncated: errTruncated}
 }
 
-// dirStore is the S3 API's side of prefixdirs: HEAD and ListObjectsV2.
+// dirStore is the S3 API's side of prefixdirs: HEAD, ListObjectsV2,
+// DeleteObject and marker PUTs.
 type dirStore struct{ b *Backend }
 
 // Head implements prefixdirs.Store.
@@ -366,6 +377,17 @@ func (d dirStore) ListPage(ctx context.Context, prefix, delim, token, startAfter
 		page.Prefixes = append(page.Prefixes, aws.ToString(p.Prefix))
 	}
 	return page, nil
+}
+
+// Delete implements prefixdirs.Store.
+func (d dirStore) Delete(ctx context.Context, name string) error { return d.b.deleteObject(ctx, name) }
+
+// PutMarker implements prefixdirs.Store.
+func (d dirStore) PutMarker(ctx context.Context, name string) error {
+	return d.b.retry(ctx, func() error {
+		_, err := d.b.client.PutObject(ctx, &s3.PutObjectInput{Bucket: &d.b.bucket, Key: aws.String(name), Body: bytes.NewReader(nil), ContentLength: aws.Int64(0)})
+		return err
+	})
 }
 
 // listRaw lists one page, with its keys and prefixes decoded: they are
@@ -414,43 +436,6 @@ func decodeKey(k *string) (*string, error) {
 	return &d, nil
 }
 
-// List implements backends.Backend (prefixdirs.Namespace.List).
-func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
-	return b.ns().List(ctx, opt)
-}
-
-// Delete implements backends.Backend. S3 deletes a missing key without
-// complaint, so the key is looked up first to report ErrNotExist.
-func (b *Backend) Delete(ctx context.Context, key string) error {
-	k := strings.TrimSuffix(key, "/")
-	if k == "" {
-		return backends.Wrap("delete", key, backends.ErrInvalid, errors.New("cannot delete the root"))
-	}
-	if !strings.HasSuffix(key, "/") {
-		_, err := b.head(ctx, k)
-		if err == nil {
-			return b.wrapErr("delete", k, b.deleteObject(ctx, b.object(k)))
-		}
-		if !isNotFound(err) {
-			return b.wrapErr("delete", k, err)
-		}
-	}
-	res, err := b.listRaw(ctx, b.object(k)+"/", "", "", "", 2)
-	if err != nil {
-		return b.wrapErr("delete", k, err)
-	}
-	if len(res.Contents) == 0 {
-		return backends.Wrap("delete", k, backends.ErrNotExist, nil)
-	}
-	marker := b.object(k) + "/"
-	for _, o := range res.Contents {
-		if aws.ToString(o.Key) != marker {
-			return backends.Wrap("delete", k, backends.ErrNotEmpty, nil)
-		}
-	}
-	return b.wrapErr("delete", k, b.deleteObject(ctx, marker))
-}
-
 func (b *Backend) deleteObject(ctx context.Context, name string) error {
 	return b.retry(ctx, func() error {
 		_, err := b.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &b.bucket, Key: aws.String(name)})
@@ -492,32 +477,4 @@ func copySource(bucket, key string) string {
 		segs[i] = strings.ReplaceAll(url.PathEscape(s), "+", "%2B")
 	}
 	return strings.Join(segs, "/")
-}
-
-// MakeDir implements backends.DirMaker with "key/" marker objects for key
-// and each of its parents.
-func (b *Backend) MakeDir(ctx context.Context, key string) error {
-	key = strings.TrimSuffix(key, "/")
-	if key == "" {
-		return nil
-	}
-	if _, err := b.head(ctx, key); err == nil {
-		return backends.Wrap("mkdir", key, backends.ErrExist, errors.New("an object of that name exists"))
-	} else if !isNotFound(err) {
-		return b.wrapErr("mkdir", key, err)
-	}
-	// Markers for the parents too, so they outlive their last child like
-	// real directories do.
-	segs := strings.Split(key, "/")
-	for i := range segs {
-		marker := b.object(strings.Join(segs[:i+1], "/")) + "/"
-		err := b.retry(ctx, func() error {
-			_, err := b.client.PutObject(ctx, &s3.PutObjectInput{Bucket: &b.bucket, Key: aws.String(marker), Body: bytes.NewReader(nil), ContentLength: aws.Int64(0)})
-			return err
-		})
-		if err != nil {
-			return b.wrapErr("mkdir", key, err)
-		}
-	}
-	return nil
 }
