@@ -91,3 +91,22 @@ func (r *Retrier) Next(ctx context.Context, err error) bool {
 		return false
 	}
 }
+
+// Retry runs try until it succeeds, or a permanent error, a cancelled ctx
+// or o's budget ends it, and returns the last error. onRetry, if set, is
+// told of each retry (the backends log them).
+func Retry(ctx context.Context, o RetryOptions, transient func(error) bool, onRetry func(attempt int, err error), try func() error) error {
+	r := NewRetrier(o, transient)
+	for {
+		err := try()
+		if err == nil {
+			return nil
+		}
+		if !r.Next(ctx, err) {
+			return err
+		}
+		if onRetry != nil {
+			onRetry(r.Attempt(), err)
+		}
+	}
+}

@@ -205,14 +205,8 @@ var errFlaky = errors.New("flaky")
 
 // retryFlaky retries errFlaky, quickly, up to 5 tries.
 func retryFlaky(ctx context.Context, try func() error) error {
-	r := backends.NewRetrier(backends.RetryOptions{MaxAttempts: 5, BaseDelay: time.Microsecond, MaxDelay: time.Microsecond}.WithDefaults(),
-		func(err error) bool { return errors.Is(err, errFlaky) })
-	for {
-		err := try()
-		if err == nil || !r.Next(ctx, err) {
-			return err
-		}
-	}
+	o := backends.RetryOptions{MaxAttempts: 5, BaseDelay: time.Microsecond, MaxDelay: time.Microsecond}.WithDefaults()
+	return backends.Retry(ctx, o, func(err error) bool { return errors.Is(err, errFlaky) }, nil, try)
 }
 
 func testOptions(part int64) Options {

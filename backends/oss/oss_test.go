@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -35,11 +34,7 @@ type emu struct {
 
 func startEmu(t testing.TB, opt ossemu.Options) *emu {
 	t.Helper()
-	root := t.TempDir()
-	if err := os.Mkdir(filepath.Join(root, testBucket), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	srv, endpoint := ossemutest.Start(t, root, opt)
+	srv, endpoint, root := ossemutest.StartBucket(t, testBucket, opt)
 	return &emu{srv: srv, endpoint: endpoint, root: root}
 }
 

@@ -25,24 +25,12 @@ import (
 // attempts or MaxElapsed time have been spent.
 type RetryOptions = backends.RetryOptions
 
-// newRetrier starts the retries of one call, with this store's notion of
-// a transient error.
-func newRetrier(o RetryOptions) *backends.Retrier { return backends.NewRetrier(o, isTransient) }
-
 // retry runs fn until it succeeds or a permanent error, cancellation or the
 // retry budget ends it.
 func (b *Backend) retry(ctx context.Context, fn func() error) error {
-	r := newRetrier(b.retryOpt)
-	for {
-		err := fn()
-		if err == nil {
-			return nil
-		}
-		if !r.Next(ctx, err) {
-			return err
-		}
-		b.log.Debug("oss: retrying", "attempt", r.Attempt(), "err", err)
-	}
+	return backends.Retry(ctx, b.retryOpt, isTransient, func(attempt int, err error) {
+		b.log.Debug("oss: retrying", "attempt", attempt, "err", err)
+	}, fn)
 }
 
 // errTruncated marks a body that ended before its Content-Length.

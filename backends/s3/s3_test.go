@@ -11,7 +11,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -47,11 +46,7 @@ type emu struct {
 
 func startEmu(t testing.TB, opt ossemu.Options) *emu {
 	t.Helper()
-	root := t.TempDir()
-	if err := os.Mkdir(filepath.Join(root, testBucket), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	srv, endpoint := ossemutest.Start(t, root, opt)
+	srv, endpoint, root := ossemutest.StartBucket(t, testBucket, opt)
 	return &emu{srv: srv, endpoint: endpoint, root: root}
 }
 

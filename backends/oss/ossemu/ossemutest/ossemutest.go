@@ -4,6 +4,8 @@ package ossemutest
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
@@ -41,4 +43,17 @@ func Start(t testing.TB, root string, opt ossemu.Options) (*ossemu.Server, strin
 		}
 	})
 	return srv, "http://" + l.Addr().String()
+}
+
+// StartBucket serves, as Start does, a fresh temporary root that holds one
+// empty bucket, and returns the server, its endpoint and the root (where a
+// test may seed objects or check what was stored: <root>/<bucket>/<key>).
+func StartBucket(t testing.TB, bucket string, opt ossemu.Options) (srv *ossemu.Server, endpoint, root string) {
+	t.Helper()
+	root = t.TempDir()
+	if err := os.Mkdir(filepath.Join(root, bucket), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, endpoint = Start(t, root, opt)
+	return srv, endpoint, root
 }
