@@ -182,6 +182,11 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 					s.dropVersionLocked(e, old)
 				}
 				removeRecord = true
+				// The record names v's blob until it is removed:
+				// keep the file until then, or a crash in between
+				// finds a record without its data (and sets aside a
+				// file that was uploaded).
+				v.blob.refs++
 			}
 		}
 	case canceled || e.key == "" || e.pend != v:
@@ -226,6 +231,9 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 			s.log.Warn("writeback: cannot remove a journal record (the file will be uploaded again at the next start)", "key", key, "err", err)
 		}
 		s.crash(crashRecordRemoved)
+		s.mu.Lock()
+		s.unrefLocked(v.blob)
+		s.mu.Unlock()
 	}
 	if aside {
 		// Retrying cannot help, now or at the next start.
