@@ -2,6 +2,7 @@ package writeback
 
 import (
 	"context"
+	"errors"
 	"io"
 	"time"
 
@@ -153,6 +154,12 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	var n int
 	var err error
+	if b == nil && key == "" {
+		// Removed with nothing staged: an open that raced the unlink
+		// (keepForHandles copies the file for the descriptors it sees).
+		// Loud, never a short read.
+		return 0, backends.Wrap("read", base.Key, backends.ErrNotExist, errors.New("file removed while it was being opened"))
+	}
 	if b != nil {
 		n, err = b.f.ReadAt(want, off)
 		if err == io.EOF && n == len(want) {
@@ -375,6 +382,9 @@ func (h *Handle) Release() error {
 		}
 	}
 	e.handles--
+	if e.handles == 0 {
+		s.cond.Broadcast() // WaitUnstaged
+	}
 	if e.handles == 0 && e.closeFailed {
 		s.discardUnclosedLocked(e)
 	}

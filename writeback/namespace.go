@@ -95,6 +95,14 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 		}
 		return nil
 	}
+	// Descriptors still open read the file's data after the unlink: if
+	// only the backend holds it, copy it to staging first.
+	if e != nil {
+		if err := s.keepForHandles(ctx, e); err != nil {
+			s.rejournal(e)
+			return err
+		}
+	}
 	if err := s.b.Delete(ctx, key); err != nil && !errors.Is(err, backends.ErrNotExist) {
 		if e != nil {
 			s.rejournal(e)
@@ -104,6 +112,48 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 	if e != nil {
 		s.detach(e)
 	}
+	return nil
+}
+
+// keepForHandles gives e a staged copy of what the backend holds under
+// its key when descriptors are open on e and nothing local holds its
+// bytes (the file was durable and its staged copy freed): the backend
+// object is about to be deleted or replaced (unlink, rename over it), and
+// POSIX has those descriptors go on reading the file's data. The copy is
+// never journaled nor uploaded; it is freed at the last release (see
+// maybeReleaseLocked), and a crash leaves it to recover, which discards
+// blobs no record names. It costs a download of the file, on the staging
+// disk (not in memory), during the unlink. Needs s.nsMu, e quiesced.
+func (s *Store) keepForHandles(ctx context.Context, e *entry) error {
+	s.beginOp(e, opNamespace)
+	defer s.endOp(e)
+	s.mu.Lock()
+	need := e.handles > 0 && e.cur == nil && e.inBackend && e.key != ""
+	key, base := e.key, e.base
+	s.mu.Unlock()
+	if !need {
+		return nil
+	}
+	var nb *blob
+	var err error
+	if base.Size > 0 {
+		nb, err = s.fetchBlob(ctx, key, base)
+	} else {
+		nb, err = s.newBlob(key)
+	}
+	if err != nil {
+		return err
+	}
+	st, err := nb.stat()
+	if err != nil {
+		nb.discard()
+		return stagingErr("unlink", key, err)
+	}
+	s.crash(crashKept)
+	s.mu.Lock()
+	e.cur = nb
+	e.lastSeal = st // the backend's bytes: not a change
+	s.mu.Unlock()
 	return nil
 }
 
@@ -211,6 +261,12 @@ func (s *Store) Rename(ctx context.Context, from, to string) error {
 	defer s.resume(src)
 	s.quiesce(dst)
 	defer s.resume(dst)
+	if dst != nil {
+		// Descriptors open on the file replaced keep reading it.
+		if err := s.keepForHandles(ctx, dst); err != nil {
+			return err
+		}
+	}
 
 	s.mu.Lock()
 	// Staged bytes not yet durable (or perhaps changed by the kernel

@@ -340,3 +340,35 @@ func (s *Store) Pending() int {
 	defer s.mu.Unlock()
 	return int(s.pending.files)
 }
+
+// WaitUnstaged blocks until the Store holds no staged data of key: its
+// last closed version is durable in the backend and no descriptor is open
+// on it (the staged copy is freed at the last release, which the kernel
+// sends after close(2) returns). A later open of key then reads the
+// backend. It returns the upload's error if key cannot be uploaded, and
+// fails when ctx ends or the Store closes. Tests use it to reach the state
+// of a file written long ago, without waiting on a clock.
+func (s *Store) WaitUnstaged(ctx context.Context, key string) error {
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		e := s.entries[key]
+		switch {
+		case e == nil || (e.cur == nil && e.pend == nil && e.handles == 0):
+			return nil
+		case e.failed != nil:
+			return e.failed
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case s.closed:
+			return backends.Wrap("wait", key, backends.ErrTransient, context.Canceled)
+		}
+		s.cond.Wait()
+	}
+}
