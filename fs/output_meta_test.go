@@ -176,6 +176,48 @@ func TestOutputMetadata(t *testing.T) {
 			t.Errorf("the unlinked file is still in the backend: %v", err)
 		}
 	})
+	t.Run("UnlinkedOpenNameReused", func(t *testing.T) {
+		// As UnlinkedOpen, then the name is used again while the old
+		// descriptors are open: a new file under it, and (for a second
+		// open file) another file renamed over it.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		openUploaded := func(name, content string) *os.File {
+			must(t, os.WriteFile(p(name), []byte(content), 0o644))
+			must(t, m.st.WaitUnstaged(ctx, name))
+			f, err := os.Open(p(name))
+			must(t, err)
+			t.Cleanup(func() { f.Close() })
+			return f
+		}
+		readBack := func(f *os.File, want string) {
+			t.Helper()
+			buf := make([]byte, 64)
+			n, err := f.ReadAt(buf, 0)
+			if string(buf[:n]) != want {
+				t.Errorf("read of the old descriptor: %q, %v; want %q", buf[:n], err, want)
+			}
+		}
+		fv := openUploaded("v", "old v")
+		must(t, os.Remove(p("v")))
+		must(t, os.WriteFile(p("v"), []byte("the new v"), 0o644))
+		fw := openUploaded("w", "old w")
+		must(t, os.WriteFile(p("w2"), []byte("renamed over w"), 0o644))
+		must(t, os.Rename(p("w2"), p("w")))
+		readBack(fv, "old v")
+		readBack(fw, "old w")
+		must(t, fv.Close())
+		must(t, fw.Close())
+		must(t, m.st.Drain(ctx, nil))
+		for name, want := range map[string]string{"v": "the new v", "w": "renamed over w"} {
+			for _, root := range []string{m.mnt, store} {
+				got, err := os.ReadFile(filepath.Join(root, name))
+				if err != nil || string(got) != want {
+					t.Errorf("%s under %s after the old descriptor closed: %q, %v; want %q", name, root, got, err, want)
+				}
+			}
+		}
+	})
 	t.Run("ModeZero", func(t *testing.T) {
 		fd, err := unix.Open(p("zero"), unix.O_CREAT|unix.O_WRONLY|unix.O_EXCL, 0)
 		must(t, err)
