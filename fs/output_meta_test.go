@@ -379,3 +379,31 @@ func TestOutputSpecialFiles(t *testing.T) {
 		t.Errorf("FIFO after a remount: %v, want it gone", err)
 	}
 }
+
+// TestOutputHandoverWaitsForUnlinkedOpen: a descriptor open on an
+// unlinked file (whose data only this daemon's staging holds) keeps the
+// mount from being handed over, and still reads the file after the
+// refusal.
+func TestOutputHandoverWaitsForUnlinkedOpen(t *testing.T) {
+	m := testOutputMount(t, newNAS(t, t.TempDir()), t.TempDir(), nil)
+	p := filepath.Join(m.mnt, "gone")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	must(t, os.WriteFile(p, []byte("kept for the descriptor"), 0o644))
+	must(t, m.st.WaitUnstaged(ctx, "gone"))
+	f, err := os.Open(p)
+	must(t, err)
+	defer f.Close()
+	must(t, os.Remove(p))
+	must(t, m.srv.Freeze(ctx))
+	_, err = m.srv.Snapshot()
+	m.srv.Thaw()
+	if err == nil || !strings.Contains(err.Error(), "no path") {
+		t.Fatalf("snapshot with an unlinked file open: %v, want a refusal", err)
+	}
+	buf := make([]byte, 64)
+	n, err := f.ReadAt(buf, 0)
+	if string(buf[:n]) != "kept for the descriptor" {
+		t.Fatalf("read after the refused handover: %q, %v", buf[:n], err)
+	}
+}
