@@ -76,6 +76,11 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 	defer s.nsMu.Unlock()
 	s.mu.Lock()
 	e := s.entries[key]
+	if e != nil {
+		// From here to the end, an Open of key waits (see keepForHandles).
+		e.removing = true
+		defer s.endRemoving(e) // after detach
+	}
 	s.mu.Unlock()
 	s.quiesce(e)
 	defer s.resume(e)
@@ -123,7 +128,9 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 // never journaled nor uploaded; it is freed at the last release (see
 // maybeReleaseLocked), and a crash leaves it to recover, which discards
 // blobs no record names. It costs a download of the file, on the staging
-// disk (not in memory), during the unlink. Needs s.nsMu, e quiesced.
+// disk (not in memory), during the unlink. The caller set e.removing
+// before looking at e, so no Open adds a descriptor this decision does not
+// see. Needs s.nsMu, e quiesced.
 func (s *Store) keepForHandles(ctx context.Context, e *entry) error {
 	s.beginOp(e, opNamespace)
 	defer s.endOp(e)
@@ -155,6 +162,15 @@ func (s *Store) keepForHandles(ctx context.Context, e *entry) error {
 	e.lastSeal = st // the backend's bytes: not a change
 	s.mu.Unlock()
 	return nil
+}
+
+// endRemoving ends what keepForHandles began: Opens that waited go on
+// (and fail if e lost its name meanwhile, see Open).
+func (s *Store) endRemoving(e *entry) {
+	s.mu.Lock()
+	e.removing = false
+	s.cond.Broadcast()
+	s.mu.Unlock()
 }
 
 // rejournal puts back the record unjournal removed, after a failed delete.
@@ -256,6 +272,11 @@ func (s *Store) Rename(ctx context.Context, from, to string) error {
 	defer s.nsMu.Unlock()
 	s.mu.Lock()
 	src, dst := s.entries[from], s.entries[to]
+	if dst != nil {
+		// From here to the end, an Open of to waits (see keepForHandles).
+		dst.removing = true
+		defer s.endRemoving(dst) // after detach
+	}
 	s.mu.Unlock()
 	s.quiesce(src)
 	defer s.resume(src)

@@ -64,9 +64,12 @@ type Store struct {
 	aside    []string // GUARDED_BY(mu): files set aside by this run, for Drain
 	// completing counts uploads whose end is being recorded (journal
 	// record and staged data not yet released): Drain waits for them.
-	completing int              // GUARDED_BY(mu)
-	done       progressCounters // GUARDED_BY(mu): made durable since Open
-	pending    progressCounters // GUARDED_BY(mu): sealed versions not yet durable
+	completing int // GUARDED_BY(mu)
+	// openWaiters counts Opens waiting for an unlink or rename of their
+	// key (entry.removing). GUARDED_BY(mu)
+	openWaiters int
+	done        progressCounters // GUARDED_BY(mu): made durable since Open
+	pending     progressCounters // GUARDED_BY(mu): sealed versions not yet durable
 }
 
 type progressCounters struct {

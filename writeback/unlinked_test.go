@@ -3,8 +3,12 @@ package writeback
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"testing"
+
+	"github.com/mlfsd/mlfsd/backends"
 )
 
 // Descriptors open on a file whose name goes away (unlink, or a rename
@@ -211,5 +215,65 @@ func TestUnlinkedOpenForWrite(t *testing.T) {
 	}
 	drain(t, s)
 	wantMissing(t, dir, "w")
+	wantStagingEmpty(t, s)
+}
+
+// TestOpenRacingUnlinkWaits: an Open of a file being unlinked (the kernel
+// does not order an open(2) and an unlink(2) of the same file) waits for
+// the unlink and fails with ErrNotExist, instead of opening a descriptor
+// that the unlink did not copy the file for (its reads then had no data).
+func TestOpenRacingUnlinkWaits(t *testing.T) {
+	nb, dir := newNAS(t)
+	f := newFaulty(nb)
+	s := openStore(t, f, t.TempDir(), nil)
+	ctx := context.Background()
+	data := randBytes(51, 40<<10)
+	writeFile(t, s, "r", data)
+	drain(t, s)
+	info, _ := s.Stat("r")
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.deleteGate = gate
+	f.mu.Unlock()
+	removed := make(chan error, 1)
+	go func() { removed <- s.Remove(ctx, "r") }()
+	if k := <-f.deleting; k != "r" {
+		t.Fatalf("delete of %q, want r", k)
+	}
+	// The unlink decided no descriptor is open and is deleting the object.
+	opened := make(chan error, 1)
+	go func() {
+		h, err := s.Open(ctx, "r", &info, OpenFlags{})
+		if err == nil {
+			buf := make([]byte, len(data)+1)
+			n, rerr := h.ReadAt(ctx, buf, 0)
+			h.Release()
+			err = fmt.Errorf("open succeeded while the file was being unlinked (then read %d bytes, %v)", n, rerr)
+		}
+		opened <- err
+	}()
+	waiting := make(chan struct{})
+	go func() {
+		s.mu.Lock()
+		for s.openWaiters == 0 && !s.closed {
+			s.cond.Wait()
+		}
+		s.mu.Unlock()
+		close(waiting)
+	}()
+	select {
+	case <-waiting:
+	case err := <-opened:
+		close(gate)
+		t.Fatalf("open racing the unlink did not wait: %v", err)
+	}
+	close(gate)
+	if err := <-removed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-opened; !errors.Is(err, backends.ErrNotExist) {
+		t.Fatalf("open racing the unlink: %v, want ErrNotExist", err)
+	}
+	wantMissing(t, dir, "r")
 	wantStagingEmpty(t, s)
 }

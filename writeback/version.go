@@ -119,6 +119,12 @@ type entry struct {
 	// never replaced until those handles are opened again here (and
 	// counted in ptHandles). GUARDED_BY(Store.mu)
 	adoptedPT bool
+	// removing: an unlink, or a rename over the file, is deciding whether
+	// open descriptors need a copy (keepForHandles) and changing the
+	// backend; an Open racing it waits, so that no descriptor is opened
+	// on the file after that decision (it would read a deleted object).
+	// GUARDED_BY(Store.mu)
+	removing bool
 }
 
 // Exclusive operations on an entry (entry.op), named for diagnostics.
