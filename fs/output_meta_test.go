@@ -108,7 +108,8 @@ func statT(t *testing.T, p string) *unix.Stat_t {
 
 // TestOutputMetadata: times, link counts and modes as POSIX has them.
 func TestOutputMetadata(t *testing.T) {
-	m := testOutputMount(t, newNAS(t, t.TempDir()), t.TempDir(), nil)
+	store := t.TempDir()
+	m := testOutputMount(t, newNAS(t, store), t.TempDir(), nil)
 	p := func(n string) string { return filepath.Join(m.mnt, n) }
 	umask := syscall.Umask(0o022)
 	defer syscall.Umask(umask)
@@ -150,19 +151,71 @@ func TestOutputMetadata(t *testing.T) {
 	})
 	t.Run("UnlinkedOpen", func(t *testing.T) {
 		must(t, os.WriteFile(p("u"), []byte("still here"), 0o644))
+		// Opened once uploaded and freed from staging (as a file written
+		// long ago): only the backend holds its bytes, which the unlink
+		// deletes. Without this wait the test covered that case only when
+		// the upload won a race against the open (~3 runs in 100).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		must(t, m.st.WaitUnstaged(ctx, "u"))
 		f, err := os.Open(p("u"))
 		must(t, err)
 		defer f.Close()
 		must(t, os.Remove(p("u")))
 		var st unix.Stat_t
 		must(t, unix.Fstat(int(f.Fd()), &st))
-		if st.Nlink != 0 {
-			t.Errorf("fstat of an open, unlinked file: nlink %d, want 0", st.Nlink)
+		if st.Nlink != 0 || st.Size != 10 {
+			t.Errorf("fstat of an open, unlinked file: nlink %d size %d, want 0 and 10", st.Nlink, st.Size)
 		}
 		buf := make([]byte, 32)
-		n, _ := f.ReadAt(buf, 0)
+		n, err := f.ReadAt(buf, 0)
 		if string(buf[:n]) != "still here" {
-			t.Errorf("read of an open, unlinked file: %q", buf[:n])
+			t.Errorf("read of an open, unlinked file: %q, %v", buf[:n], err)
+		}
+		if _, err := os.Stat(filepath.Join(store, "u")); !os.IsNotExist(err) {
+			t.Errorf("the unlinked file is still in the backend: %v", err)
+		}
+	})
+	t.Run("UnlinkedOpenNameReused", func(t *testing.T) {
+		// As UnlinkedOpen, then the name is used again while the old
+		// descriptors are open: a new file under it, and (for a second
+		// open file) another file renamed over it.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		openUploaded := func(name, content string) *os.File {
+			must(t, os.WriteFile(p(name), []byte(content), 0o644))
+			must(t, m.st.WaitUnstaged(ctx, name))
+			f, err := os.Open(p(name))
+			must(t, err)
+			t.Cleanup(func() { f.Close() })
+			return f
+		}
+		readBack := func(f *os.File, want string) {
+			t.Helper()
+			buf := make([]byte, 64)
+			n, err := f.ReadAt(buf, 0)
+			if string(buf[:n]) != want {
+				t.Errorf("read of the old descriptor: %q, %v; want %q", buf[:n], err, want)
+			}
+		}
+		fv := openUploaded("v", "old v")
+		must(t, os.Remove(p("v")))
+		must(t, os.WriteFile(p("v"), []byte("the new v"), 0o644))
+		fw := openUploaded("w", "old w")
+		must(t, os.WriteFile(p("w2"), []byte("renamed over w"), 0o644))
+		must(t, os.Rename(p("w2"), p("w")))
+		readBack(fv, "old v")
+		readBack(fw, "old w")
+		must(t, fv.Close())
+		must(t, fw.Close())
+		must(t, m.st.Drain(ctx, nil))
+		for name, want := range map[string]string{"v": "the new v", "w": "renamed over w"} {
+			for _, root := range []string{m.mnt, store} {
+				got, err := os.ReadFile(filepath.Join(root, name))
+				if err != nil || string(got) != want {
+					t.Errorf("%s under %s after the old descriptor closed: %q, %v; want %q", name, root, got, err, want)
+				}
+			}
 		}
 	})
 	t.Run("ModeZero", func(t *testing.T) {
@@ -324,5 +377,33 @@ func TestOutputSpecialFiles(t *testing.T) {
 	m2 := testOutputMount(t, newNAS(t, back), t.TempDir(), nil)
 	if _, err := os.Lstat(filepath.Join(m2.mnt, "fifo2")); !os.IsNotExist(err) {
 		t.Errorf("FIFO after a remount: %v, want it gone", err)
+	}
+}
+
+// TestOutputHandoverWaitsForUnlinkedOpen: a descriptor open on an
+// unlinked file (whose data only this daemon's staging holds) keeps the
+// mount from being handed over, and still reads the file after the
+// refusal.
+func TestOutputHandoverWaitsForUnlinkedOpen(t *testing.T) {
+	m := testOutputMount(t, newNAS(t, t.TempDir()), t.TempDir(), nil)
+	p := filepath.Join(m.mnt, "gone")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	must(t, os.WriteFile(p, []byte("kept for the descriptor"), 0o644))
+	must(t, m.st.WaitUnstaged(ctx, "gone"))
+	f, err := os.Open(p)
+	must(t, err)
+	defer f.Close()
+	must(t, os.Remove(p))
+	must(t, m.srv.Freeze(ctx))
+	_, err = m.srv.Snapshot()
+	m.srv.Thaw()
+	if err == nil || !strings.Contains(err.Error(), "no path") {
+		t.Fatalf("snapshot with an unlinked file open: %v, want a refusal", err)
+	}
+	buf := make([]byte, 64)
+	n, err := f.ReadAt(buf, 0)
+	if string(buf[:n]) != "kept for the descriptor" {
+		t.Fatalf("read after the refused handover: %q, %v", buf[:n], err)
 	}
 }

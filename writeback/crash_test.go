@@ -328,6 +328,38 @@ func crashScenario(t *testing.T, pt, hold bool, point string) (snaps []crashSnap
 	f.release()
 	drain(t, s) // returns once every upload's end is recorded, hooks included
 
+	// G: closed and uploaded (its staged copy freed), opened read-only,
+	// then removed: the descriptor keeps reading it from a copy fetched
+	// before the delete (kept), which nothing ever uploads.
+	G := randBytes(8, 120<<10)
+	h8, w8 := open("kept", true)
+	write(w8, G)
+	closeAs(h8, "kept", G)
+	must(t, h8.Release())
+	f.release()
+	drain(t, s)
+	info, ok := s.Stat("kept")
+	if !ok {
+		t.Fatal("Stat(kept): unknown")
+	}
+	r8, err := s.Open(ctx, "kept", &info, OpenFlags{})
+	must(t, err)
+	s.mu.Lock()
+	staged := r8.e.cur != nil
+	s.mu.Unlock()
+	if staged {
+		t.Fatal("kept: still staged after its upload and release; the scenario would not reach the kept point")
+	}
+	m.begin("kept", nil)
+	must(t, s.Remove(ctx, "kept"))
+	m.done()
+	got := make([]byte, len(G)+1)
+	n, err := r8.ReadAt(ctx, got, 0)
+	if err != io.EOF || !bytes.Equal(got[:n], G) {
+		t.Fatalf("read of an open, removed file: %s, %v; want %s, EOF", describe(got[:n]), err, describe(G))
+	}
+	must(t, r8.Release())
+
 	// R: refused by the store for good, so set aside. Last, with nothing
 	// else in flight, so the uploader's snapshot is one instant. A new
 	// Store (whose store accepts it) may upload it, or find it set aside.
@@ -440,7 +472,7 @@ func checkRecovery(t *testing.T, sn crashSnap) {
 // uploads finishing at once or held until after the next step.
 func TestCrashAtEveryTransition(t *testing.T) {
 	points := []string{crashStaged, crashSealed, crashPreserveCopied, crashPreserved, crashCommitted,
-		crashRecordRemoved, crashRekeyed, crashUnjournaled, crashCommitAwaited, crashSetAside}
+		crashRecordRemoved, crashRekeyed, crashUnjournaled, crashCommitAwaited, crashSetAside, crashKept}
 	seen := map[string]int{}
 	for _, pt := range []bool{false, true} {
 		for _, hold := range []bool{false, true} {

@@ -2,6 +2,7 @@ package writeback
 
 import (
 	"context"
+	"errors"
 	"io"
 	"time"
 
@@ -38,6 +39,20 @@ type Handle struct {
 // is created: it will be uploaded, even empty, at its first close).
 func (s *Store) Open(ctx context.Context, key string, base *backends.ObjectInfo, flags OpenFlags) (*Handle, error) {
 	s.mu.Lock()
+	if e := s.entries[key]; e != nil && e.removing {
+		// An unlink or a rename over key runs: open after it, as the
+		// kernel would have, had it ordered the two.
+		s.openWaiters++
+		s.cond.Broadcast()
+		for e.removing {
+			s.cond.Wait()
+		}
+		s.openWaiters--
+		if s.entries[key] == nil {
+			s.mu.Unlock()
+			return nil, backends.Wrap("open", key, backends.ErrNotExist, errors.New("removed while being opened"))
+		}
+	}
 	e := s.entryLocked(key, base)
 	e.handles++
 	s.mu.Unlock()
@@ -153,6 +168,12 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	var n int
 	var err error
+	if b == nil && key == "" {
+		// Removed with nothing staged: cannot happen (Open waits for
+		// an unlink in progress, which copies the file for the
+		// descriptors open). Loud, never a short read.
+		return 0, backends.Wrap("read", base.Key, backends.ErrNotExist, errors.New("file removed while it was being opened"))
+	}
 	if b != nil {
 		n, err = b.f.ReadAt(want, off)
 		if err == io.EOF && n == len(want) {
@@ -375,6 +396,9 @@ func (h *Handle) Release() error {
 		}
 	}
 	e.handles--
+	if e.handles == 0 {
+		s.cond.Broadcast() // WaitUnstaged
+	}
 	if e.handles == 0 && e.closeFailed {
 		s.discardUnclosedLocked(e)
 	}

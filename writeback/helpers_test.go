@@ -49,6 +49,8 @@ type faulty struct {
 	gate        chan struct{}
 	gateKeys    map[string]bool // GUARDED_BY(mu): keys the gate holds (nil: all)
 	startGate   chan struct{}   // GUARDED_BY(mu): if set, Write blocks until it is closed
+	deleteGate  chan struct{}   // GUARDED_BY(mu): if set, Delete blocks until it is closed
+	deleting    chan string     // receives the key of each Delete held by deleteGate (if room)
 
 	// lateCommits: a held Commit whose client gives up (context
 	// cancelled) still lands once the gate opens, as a store finishes a
@@ -64,7 +66,21 @@ type faulty struct {
 }
 
 func newFaulty(b backends.Backend) *faulty {
-	return &faulty{Backend: b, started: make(chan string, 1000), inCommit: make(chan string, 1000)}
+	return &faulty{Backend: b, started: make(chan string, 1000), inCommit: make(chan string, 1000), deleting: make(chan string, 1000)}
+}
+
+func (f *faulty) Delete(ctx context.Context, key string) error {
+	f.mu.Lock()
+	gate := f.deleteGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case f.deleting <- key:
+		default:
+		}
+		<-gate
+	}
+	return f.Backend.Delete(ctx, key)
 }
 
 // hold makes every Commit (of keys, if given) block until release.

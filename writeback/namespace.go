@@ -76,6 +76,11 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 	defer s.nsMu.Unlock()
 	s.mu.Lock()
 	e := s.entries[key]
+	if e != nil {
+		// From here to the end, an Open of key waits (see keepForHandles).
+		e.removing = true
+		defer s.endRemoving(e) // after detach
+	}
 	s.mu.Unlock()
 	s.quiesce(e)
 	defer s.resume(e)
@@ -95,6 +100,14 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 		}
 		return nil
 	}
+	// Descriptors still open read the file's data after the unlink: if
+	// only the backend holds it, copy it to staging first.
+	if e != nil {
+		if err := s.keepForHandles(ctx, e); err != nil {
+			s.rejournal(e)
+			return err
+		}
+	}
 	if err := s.b.Delete(ctx, key); err != nil && !errors.Is(err, backends.ErrNotExist) {
 		if e != nil {
 			s.rejournal(e)
@@ -105,6 +118,59 @@ func (s *Store) Remove(ctx context.Context, key string) error {
 		s.detach(e)
 	}
 	return nil
+}
+
+// keepForHandles gives e a staged copy of what the backend holds under
+// its key when descriptors are open on e and nothing local holds its
+// bytes (the file was durable and its staged copy freed): the backend
+// object is about to be deleted or replaced (unlink, rename over it), and
+// POSIX has those descriptors go on reading the file's data. The copy is
+// never journaled nor uploaded; it is freed at the last release (see
+// maybeReleaseLocked), and a crash leaves it to recover, which discards
+// blobs no record names. It costs a download of the file, on the staging
+// disk (not in memory), during the unlink. The caller set e.removing
+// before looking at e, so no Open adds a descriptor this decision does not
+// see. Needs s.nsMu, e quiesced.
+func (s *Store) keepForHandles(ctx context.Context, e *entry) error {
+	s.beginOp(e, opNamespace)
+	defer s.endOp(e)
+	s.mu.Lock()
+	need := e.handles > 0 && e.cur == nil && e.inBackend && e.key != ""
+	key, base := e.key, e.base
+	s.mu.Unlock()
+	if !need {
+		return nil
+	}
+	var nb *blob
+	var err error
+	if base.Size > 0 {
+		nb, err = s.fetchBlob(ctx, key, base)
+	} else {
+		nb, err = s.newBlob(key)
+	}
+	if err != nil {
+		return err
+	}
+	st, err := nb.stat()
+	if err != nil {
+		nb.discard()
+		return stagingErr("unlink", key, err)
+	}
+	s.crash(crashKept)
+	s.mu.Lock()
+	e.cur = nb
+	e.lastSeal = st // the backend's bytes: not a change
+	s.mu.Unlock()
+	return nil
+}
+
+// endRemoving ends what keepForHandles began: Opens that waited go on
+// (and fail if e lost its name meanwhile, see Open).
+func (s *Store) endRemoving(e *entry) {
+	s.mu.Lock()
+	e.removing = false
+	s.cond.Broadcast()
+	s.mu.Unlock()
 }
 
 // rejournal puts back the record unjournal removed, after a failed delete.
@@ -206,11 +272,22 @@ func (s *Store) Rename(ctx context.Context, from, to string) error {
 	defer s.nsMu.Unlock()
 	s.mu.Lock()
 	src, dst := s.entries[from], s.entries[to]
+	if dst != nil {
+		// From here to the end, an Open of to waits (see keepForHandles).
+		dst.removing = true
+		defer s.endRemoving(dst) // after detach
+	}
 	s.mu.Unlock()
 	s.quiesce(src)
 	defer s.resume(src)
 	s.quiesce(dst)
 	defer s.resume(dst)
+	if dst != nil {
+		// Descriptors open on the file replaced keep reading it.
+		if err := s.keepForHandles(ctx, dst); err != nil {
+			return err
+		}
+	}
 
 	s.mu.Lock()
 	// Staged bytes not yet durable (or perhaps changed by the kernel

@@ -64,9 +64,12 @@ type Store struct {
 	aside    []string // GUARDED_BY(mu): files set aside by this run, for Drain
 	// completing counts uploads whose end is being recorded (journal
 	// record and staged data not yet released): Drain waits for them.
-	completing int              // GUARDED_BY(mu)
-	done       progressCounters // GUARDED_BY(mu): made durable since Open
-	pending    progressCounters // GUARDED_BY(mu): sealed versions not yet durable
+	completing int // GUARDED_BY(mu)
+	// openWaiters counts Opens waiting for an unlink or rename of their
+	// key (entry.removing). GUARDED_BY(mu)
+	openWaiters int
+	done        progressCounters // GUARDED_BY(mu): made durable since Open
+	pending     progressCounters // GUARDED_BY(mu): sealed versions not yet durable
 }
 
 type progressCounters struct {
@@ -339,4 +342,36 @@ func (s *Store) Pending() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return int(s.pending.files)
+}
+
+// WaitUnstaged blocks until the Store holds no staged data of key: its
+// last closed version is durable in the backend and no descriptor is open
+// on it (the staged copy is freed at the last release, which the kernel
+// sends after close(2) returns). A later open of key then reads the
+// backend. It returns the upload's error if key cannot be uploaded, and
+// fails when ctx ends or the Store closes. Tests use it to reach the state
+// of a file written long ago, without waiting on a clock.
+func (s *Store) WaitUnstaged(ctx context.Context, key string) error {
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		e := s.entries[key]
+		switch {
+		case e == nil || (e.cur == nil && e.pend == nil && e.handles == 0):
+			return nil
+		case e.failed != nil:
+			return e.failed
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case s.closed:
+			return backends.Wrap("wait", key, backends.ErrTransient, context.Canceled)
+		}
+		s.cond.Wait()
+	}
 }

@@ -163,6 +163,7 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 	}()
 	clear()
 	removeRecord, reseal, aside := false, false, false
+	var recBlob *blob // the blob the record to remove names
 	switch {
 	case err == nil:
 		s.done.files++
@@ -177,6 +178,12 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 			}
 			if samePendLocked(e, v) {
 				old := e.pend
+				// The record names old's blob (v's, or a preserved
+				// copy's) until it is removed: keep the file until
+				// then, or a crash in between finds a record without
+				// its data (and sets aside a file that was uploaded).
+				recBlob = old.blob
+				recBlob.refs++
 				s.setPendLocked(e, nil)
 				if old != v { // a preserved copy; v itself is dropped below
 					s.dropVersionLocked(e, old)
@@ -226,6 +233,9 @@ func (s *Store) complete(e *entry, v *version, key string, info backends.ObjectI
 			s.log.Warn("writeback: cannot remove a journal record (the file will be uploaded again at the next start)", "key", key, "err", err)
 		}
 		s.crash(crashRecordRemoved)
+		s.mu.Lock()
+		s.unrefLocked(recBlob)
+		s.mu.Unlock()
 	}
 	if aside {
 		// Retrying cannot help, now or at the next start.

@@ -58,6 +58,14 @@ import (
 //	           before the old object is deleted (crashRekeyed).
 //	unjournaled an unlink removes the record before deleting the object
 //	           (crashUnjournaled): a crash leaves the last uploaded version.
+//	kept       an unlink of, or a rename over, a file that descriptors hold
+//	           open while only the backend has its bytes (durable, staged
+//	           copy freed) first fetches them into a staged copy that only
+//	           those descriptors use: never journaled, never uploaded, freed
+//	           at the last release (keepForHandles). The copy is made before
+//	           the object is deleted or replaced (crashKept): a crash there
+//	           leaves the last uploaded version, and the restart discards
+//	           the copy like any blob no record names.
 //	set aside  a record that cannot be honoured (its blob changed or is
 //	           gone, or the backend refuses the name for good) is moved to
 //	           setaside/ with its data and reported; it never blocks the
@@ -111,6 +119,12 @@ type entry struct {
 	// never replaced until those handles are opened again here (and
 	// counted in ptHandles). GUARDED_BY(Store.mu)
 	adoptedPT bool
+	// removing: an unlink, or a rename over the file, is deciding whether
+	// open descriptors need a copy (keepForHandles) and changing the
+	// backend; an Open racing it waits, so that no descriptor is opened
+	// on the file after that decision (it would read a deleted object).
+	// GUARDED_BY(Store.mu)
+	removing bool
 }
 
 // Exclusive operations on an entry (entry.op), named for diagnostics.
@@ -247,6 +261,7 @@ func (s *Store) maybeReleaseLocked(e *entry) {
 	s.unrefLocked(e.cur)
 	e.cur = nil
 	e.dirty = false
+	s.cond.Broadcast() // WaitUnstaged
 }
 
 // refreshLocked updates cur's size from the file when the kernel may have
@@ -323,6 +338,7 @@ const (
 	crashUnjournaled    = "unjournaled"     // remove: record gone, backend object not yet deleted
 	crashCommitAwaited  = "commit-awaited"  // unlink/rename waits for a publish in flight
 	crashSetAside       = "set-aside"       // refused version copied to setaside/, record not yet removed
+	crashKept           = "kept"            // unlink/rename over a file open: its bytes fetched for the open descriptors, object not yet deleted
 )
 
 // crash calls the test hook at point p.
