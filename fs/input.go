@@ -456,6 +456,7 @@ type inFile struct {
 	// still open the slow way goes on the slow way until those opens close.
 	mu          sync.Mutex
 	daemonOpens int // GUARDED_BY(mu): open handles not asking for passthrough
+	ptOpens     int // GUARDED_BY(mu): open handles asking for passthrough
 	// inKernel: a read served by the daemon sent the kernel the whole
 	// file in one reply, which FOPEN_KEEP_CACHE keeps in the inode's page
 	// cache. Later opens then do not ask for passthrough: the page cache
@@ -520,8 +521,11 @@ func (f *inFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint3
 		return nil, 0, ToErrno(f.fsys.log, "open", f.info.Key, err)
 	}
 	ih := &inHandle{fsys: f.fsys, file: f, key: f.info.Key, h: h}
+	p, ok := h.(interface{ PassthroughFd() (int, bool) })
+	// Round trips to the kernel: not under f.mu (input_pagecache.go).
+	held := ok && f.fsys.replay == nil && f.stayCached()
 	f.mu.Lock()
-	if p, ok := h.(interface{ PassthroughFd() (int, bool) }); ok && f.daemonOpens == 0 && !f.inKernel {
+	if ok && f.daemonOpens == 0 && !f.inKernel && (!held || f.ptOpens > 0) {
 		ih.ptFd, ih.pt = p.PassthroughFd()
 	}
 	if r := f.fsys.replay; r != nil {
@@ -535,6 +539,8 @@ func (f *inFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint3
 	}
 	if !ih.pt {
 		f.daemonOpens++
+	} else {
+		f.ptOpens++
 	}
 	f.mu.Unlock()
 	// The snapshot never changes under the mount, so the page cache stays
@@ -745,11 +751,13 @@ func (r *sliceResult) Done() { r.rel.do() }
 func (h *inHandle) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
 
 func (h *inHandle) Release(ctx context.Context) syscall.Errno {
+	h.file.mu.Lock()
 	if !h.pt {
-		h.file.mu.Lock()
 		h.file.daemonOpens--
-		h.file.mu.Unlock()
+	} else {
+		h.file.ptOpens--
 	}
+	h.file.mu.Unlock()
 	if err := h.h.Close(); err != nil {
 		return ToErrno(h.fsys.log, "release", h.key, err)
 	}
