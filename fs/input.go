@@ -41,6 +41,11 @@ type InputOptions struct {
 	Key string
 	// Log receives errors the application only sees as an errno.
 	Log *slog.Logger
+	// KeepOpens keeps the mount from turning no-open (inFile.noOpen):
+	// every open reaches the daemon, and a file complete in the cache
+	// keeps getting passthrough, at the price of an OPEN and a RELEASE
+	// round trip per warm open of a small file.
+	KeepOpens bool
 }
 
 // inputFS is what every node of one input tree shares.
@@ -65,6 +70,8 @@ type inputFS struct {
 	// walk (see inDir.listAhead).
 	listAhead chan struct{}
 
+	// keepOpens: never turn no-open (InputOptions.KeepOpens).
+	keepOpens bool
 	// noOpen: an OPEN was answered ENOSYS, so the kernel opens files of
 	// this mount without asking us (see inFile.Open) and reads come with
 	// no file handle (inFile.Read).
@@ -116,7 +123,7 @@ func (f *inputFS) listingOf(key string) *listing {
 // the channel exists, so a typo in a URI fails at mount time rather than as
 // an empty directory.
 func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (gofs.InodeEmbedder, error) {
-	f := &inputFS{b: b, src: opt.Source, log: opt.Log, inos: newInoAlloc(), listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests)}
+	f := &inputFS{b: b, src: opt.Source, log: opt.Log, inos: newInoAlloc(), listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests), keepOpens: opt.KeepOpens}
 	if f.src == nil {
 		f.src = DirectSource{}
 	}
@@ -567,6 +574,9 @@ const noOpenAfter = 16
 // directly; a mount of large files only never gets here, as none of its
 // files is inKernel.
 func (f *inFile) noOpen() bool {
+	if f.fsys.keepOpens {
+		return false
+	}
 	if f.fsys.noOpen.Load() {
 		return true
 	}

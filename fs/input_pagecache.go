@@ -19,9 +19,10 @@ import "syscall"
 // kernel's page cache of the mount before a reopen keeps cached mode:
 // the first and the last page (the kernel evicts the oldest pages first,
 // the start of a file read sequentially) and evenly spaced ones between.
-// Each is one notify round trip (FUSE_NOTIFY_RETRIEVE); a file the kernel
-// does not hold costs the first one only.
-const pageCacheSamples = 16
+// Each costs two notify round trips (FUSE_NOTIFY_RETRIEVE: go-fuse's
+// ReadCache asks once more for what is past a full buffer), so a reopen of
+// a file the kernel holds costs 16; a file it does not hold costs one.
+const pageCacheSamples = 8
 
 // samplePage is the size of one sample: a page.
 const samplePage = 4096
