@@ -530,7 +530,7 @@ func (f *inFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint3
 	ih := &inHandle{fsys: f.fsys, file: f, key: f.info.Key, h: h}
 	p, ok := h.(interface{ PassthroughFd() (int, bool) })
 	// Round trips to the kernel: not under f.mu (input_pagecache.go).
-	held := ok && f.fsys.replay == nil && f.stayCached()
+	held := ok && f.fsys.replay == nil && f.stayCached(h)
 	f.mu.Lock()
 	if ok && f.daemonOpens == 0 && !f.inKernel && (!held || f.ptOpens > 0) {
 		ih.ptFd, ih.pt = p.PassthroughFd()

@@ -31,13 +31,16 @@ const samplePage = 4096
 // in cached mode because the kernel's page cache of this file in this mount
 // holds it (all of pageCacheSamples sampled pages). It answers false
 // without asking the kernel where the answer changes nothing: a small file
-// (its own rule: inKernel), a file with an open served by the daemon (no
-// passthrough then anyway) or by passthrough (the kernel refuses a
-// cached-mode open then).
-func (f *inFile) stayCached() bool {
+// (its own rule: inKernel), a handle h that offers no passthrough, a file
+// with an open served by the daemon (no passthrough then anyway) or by
+// passthrough (the kernel refuses a cached-mode open then).
+func (f *inFile) stayCached(h Handle) bool {
 	size := f.info.Size
 	if size <= inKernelMax {
 		return false
+	}
+	if o, ok := h.(interface{ OffersPassthrough() bool }); ok && !o.OffersPassthrough() {
+		return false // not complete in the cache, or --no-passthrough
 	}
 	f.mu.Lock()
 	busy := f.ptOpens > 0 || f.daemonOpens > 0
