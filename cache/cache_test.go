@@ -454,6 +454,9 @@ func TestPassthroughFd(t *testing.T) {
 	for _, noPT := range []bool{false, true} {
 		c := newTestCache(t, Options{Dir: t.TempDir(), NoPassthrough: noPT})
 		h := open(t, c, b, info)
+		if h.(interface{ OffersPassthrough() bool }).OffersPassthrough() {
+			t.Fatal("a file not yet cached says it offers a passthrough fd")
+		}
 		if _, ok := h.(interface{ PassthroughFd() (int, bool) }).PassthroughFd(); ok {
 			t.Fatal("a file not yet cached offered a passthrough fd")
 		}
@@ -461,7 +464,11 @@ func TestPassthroughFd(t *testing.T) {
 		h.Close()
 		c.quiesce() // the last fetch renames the file complete
 		h = open(t, c, b, info)
+		offers := h.(interface{ OffersPassthrough() bool }).OffersPassthrough()
 		fd, ok := h.(interface{ PassthroughFd() (int, bool) }).PassthroughFd()
+		if offers != ok {
+			t.Fatalf("NoPassthrough=%v: OffersPassthrough %v, PassthroughFd offered %v", noPT, offers, ok)
+		}
 		if ok == noPT {
 			t.Fatalf("NoPassthrough=%v: complete file offered passthrough = %v", noPT, ok)
 		}

@@ -25,6 +25,10 @@ type handle struct {
 	closed bool  // GUARDED_BY(mu)
 }
 
+// OffersPassthrough reports whether PassthroughFd would offer a file,
+// without counting an offer: a caller that may not take it asks first.
+func (h *handle) OffersPassthrough() bool { return h.ptFd >= 0 }
+
 // PassthroughFd offers the kernel the complete cache file, so reads of it
 // never enter the daemon. The fd stays open until Close.
 func (h *handle) PassthroughFd() (int, bool) {

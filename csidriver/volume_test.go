@@ -31,6 +31,9 @@ func TestParseAttributes(t *testing.T) {
 	if err != nil || s.options[AttrSharedCache] != "oss://cache.oss-cn-hangzhou-internal.aliyuncs.com/mlfsd/" || s.options[AttrSharedCacheSize] != "2TiB" {
 		t.Fatalf("shared cache attributes: %+v, %v", s, err)
 	}
+	if s, err := parseAttributes(map[string]string{"uri": "oss://bkt/data/", "input-no-open": "false"}); err != nil || s.options["input-no-open"] != "false" {
+		t.Fatalf("input-no-open attribute: %+v, %v", s, err)
+	}
 	if s, err := parseAttributes(map[string]string{"uri": "nas:///data/x.bin"}); err != nil || s.output {
 		t.Fatalf("input by default: %+v, %v", s, err)
 	}
@@ -50,6 +53,7 @@ func TestParseAttributes(t *testing.T) {
 		{map[string]string{"uri": "oss://bkt/x/", AttrSharedCache: "oss://cache/one-object"}, `"shared-cache"`},
 		{map[string]string{"uri": "oss://bkt/x/", AttrSharedCache: "gs://cache/x/"}, `"shared-cache"`},
 		{map[string]string{"uri": "oss://bkt/x/", AttrSharedCacheSize: "big"}, `"shared-cache-size"`},
+		{map[string]string{"uri": "oss://bkt/x/", "input-no-open": "sometimes"}, `"input-no-open"`},
 	} {
 		_, err := parseAttributes(c.attrs)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -41,6 +41,11 @@ type InputOptions struct {
 	Key string
 	// Log receives errors the application only sees as an errno.
 	Log *slog.Logger
+	// KeepOpens keeps the mount from turning no-open (inFile.noOpen):
+	// every open reaches the daemon, and a file complete in the cache
+	// keeps getting passthrough, at the price of an OPEN and a RELEASE
+	// round trip per warm open of a small file.
+	KeepOpens bool
 }
 
 // inputFS is what every node of one input tree shares.
@@ -65,6 +70,8 @@ type inputFS struct {
 	// walk (see inDir.listAhead).
 	listAhead chan struct{}
 
+	// keepOpens: never turn no-open (InputOptions.KeepOpens).
+	keepOpens bool
 	// noOpen: an OPEN was answered ENOSYS, so the kernel opens files of
 	// this mount without asking us (see inFile.Open) and reads come with
 	// no file handle (inFile.Read).
@@ -116,7 +123,7 @@ func (f *inputFS) listingOf(key string) *listing {
 // the channel exists, so a typo in a URI fails at mount time rather than as
 // an empty directory.
 func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (gofs.InodeEmbedder, error) {
-	f := &inputFS{b: b, src: opt.Source, log: opt.Log, inos: newInoAlloc(), listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests)}
+	f := &inputFS{b: b, src: opt.Source, log: opt.Log, inos: newInoAlloc(), listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests), keepOpens: opt.KeepOpens}
 	if f.src == nil {
 		f.src = DirectSource{}
 	}
@@ -456,6 +463,7 @@ type inFile struct {
 	// still open the slow way goes on the slow way until those opens close.
 	mu          sync.Mutex
 	daemonOpens int // GUARDED_BY(mu): open handles not asking for passthrough
+	ptOpens     int // GUARDED_BY(mu): open handles asking for passthrough
 	// inKernel: a read served by the daemon sent the kernel the whole
 	// file in one reply, which FOPEN_KEEP_CACHE keeps in the inode's page
 	// cache. Later opens then do not ask for passthrough: the page cache
@@ -520,8 +528,11 @@ func (f *inFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint3
 		return nil, 0, ToErrno(f.fsys.log, "open", f.info.Key, err)
 	}
 	ih := &inHandle{fsys: f.fsys, file: f, key: f.info.Key, h: h}
+	p, ok := h.(interface{ PassthroughFd() (int, bool) })
+	// Round trips to the kernel: not under f.mu (input_pagecache.go).
+	held := ok && f.fsys.replay == nil && f.stayCached(h)
 	f.mu.Lock()
-	if p, ok := h.(interface{ PassthroughFd() (int, bool) }); ok && f.daemonOpens == 0 && !f.inKernel {
+	if ok && f.daemonOpens == 0 && !f.inKernel && (!held || f.ptOpens > 0) {
 		ih.ptFd, ih.pt = p.PassthroughFd()
 	}
 	if r := f.fsys.replay; r != nil {
@@ -535,6 +546,8 @@ func (f *inFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint3
 	}
 	if !ih.pt {
 		f.daemonOpens++
+	} else {
+		f.ptOpens++
 	}
 	f.mu.Unlock()
 	// The snapshot never changes under the mount, so the page cache stays
@@ -561,6 +574,9 @@ const noOpenAfter = 16
 // directly; a mount of large files only never gets here, as none of its
 // files is inKernel.
 func (f *inFile) noOpen() bool {
+	if f.fsys.keepOpens {
+		return false
+	}
 	if f.fsys.noOpen.Load() {
 		return true
 	}
@@ -745,11 +761,13 @@ func (r *sliceResult) Done() { r.rel.do() }
 func (h *inHandle) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
 
 func (h *inHandle) Release(ctx context.Context) syscall.Errno {
+	h.file.mu.Lock()
 	if !h.pt {
-		h.file.mu.Lock()
 		h.file.daemonOpens--
-		h.file.mu.Unlock()
+	} else {
+		h.file.ptOpens--
 	}
+	h.file.mu.Unlock()
 	if err := h.h.Close(); err != nil {
 		return ToErrno(h.fsys.log, "release", h.key, err)
 	}

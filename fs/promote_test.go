@@ -2,6 +2,9 @@ package fs_test
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -9,16 +12,24 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/cache"
 	mfs "github.com/mlfsd/mlfsd/fs"
 )
 
-// TestWarmReadInSameMountIsPassthrough: a file read cold through a mount
-// is handed to the kernel (passthrough) on the next open in the same mount,
-// once its cache copy is complete, with no remount.
-func TestWarmReadInSameMountIsPassthrough(t *testing.T) {
+// TestWarmReopenInSameMount: a large file read cold through a mount (the
+// daemon serves it, the kernel keeps its pages: FOPEN_KEEP_CACHE) is read
+// again from that page cache once its cache copy is complete: the reopen
+// stays in cached mode (passthrough would read the cache file, written
+// with O_DIRECT, from the disk), and no READ reaches the daemon. Once the
+// kernel has dropped the file's pages, the next open is handed to the
+// kernel (passthrough), and its reads do not reach the daemon either.
+func TestWarmReopenInSameMount(t *testing.T) {
 	src := t.TempDir()
-	data := bytes.Repeat([]byte("promote me to passthrough\n"), 400_000) // ~10 MiB
+	data := make([]byte, 10<<20+12345) // past inKernelMax, not page-aligned
+	rand.New(rand.NewSource(3)).Read(data)
 	if err := os.WriteFile(filepath.Join(src, "shard"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -27,32 +38,116 @@ func TestWarmReadInSameMountIsPassthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	b := newNAS(t, src)
 	v := c.View()
-	mnt := testMount(t, newNAS(t, src), mfs.InputOptions{Source: v})
+	ops := &opCounter{n: map[string]int{}}
+	mnt := t.TempDir()
+	srv, err := mfs.MountInput(mnt, b, mfs.InputOptions{Source: v}, mfs.MountOptions{Observe: ops.observe})
+	if err != nil {
+		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
 	path := filepath.Join(mnt, "shard")
-	got, err := os.ReadFile(path)
-	if err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("cold read: %v (or data differs)", err)
+	read := func(what string) {
+		t.Helper()
+		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s: %v (or data differs)", what, err)
+		}
 	}
-	cold := v.Stats()
-	if cold.PassthroughBytes != 0 {
-		t.Fatalf("the cold open was handed to the kernel: %+v", cold)
+	read("cold read")
+	if st := v.Stats(); st.PassthroughBytes != 0 {
+		t.Fatalf("the cold open was handed to the kernel: %+v", st)
 	}
-	// Open again until an open is handed to the kernel: the copy completes
-	// behind the reader, so the first reopens may still be served by us.
-	deadline := time.Now().Add(time.Minute)
-	for v.Stats().PassthroughBytes == 0 {
+	waitComplete(t, c, b, "shard")
+
+	reads, served := ops.get("read"), v.Stats().BytesServed
+	for i := range 3 {
+		read(fmt.Sprintf("warm read %d", i))
+	}
+	st := v.Stats()
+	if st.PassthroughBytes != 0 {
+		t.Fatalf("a reopen of a file the mount's page cache holds was handed to the kernel (passthrough reads the cache file from disk): %+v", st)
+	}
+	if n := ops.get("read"); n != reads || st.BytesServed != served {
+		t.Fatalf("warm reads reached the daemon (%d READs, %d bytes), want the page cache to answer", n-reads, st.BytesServed-served)
+	}
+
+	// The kernel drops the file's pages (as under memory pressure).
+	reopenByPassthrough(t, mnt, "shard", v, ops)
+	read("read after the pages were dropped")
+	st = v.Stats()
+	if st.PassthroughBytes < int64(len(data)) {
+		t.Fatalf("passthrough bytes %d after the kernel dropped the file, want at least its %d: %+v", st.PassthroughBytes, len(data), st)
+	}
+	if n := ops.get("read"); n != reads || st.BytesServed != served {
+		t.Fatalf("reads by passthrough reached the daemon (%d READs, %d bytes)", n-reads, st.BytesServed-served)
+	}
+}
+
+// reopenByPassthrough drops the mount's page cache of name
+// (POSIX_FADV_DONTNEED, as memory pressure would) and opens it again, each
+// open sending an OPEN, until an open is handed to the kernel: the kernel
+// sends the RELEASE of a closed handle after close(2) returned, and while
+// the daemon counts an open of the inode served by it, no open of it can
+// be passthrough.
+func reopenByPassthrough(t *testing.T, mnt, name string, v *cache.View, ops *opCounter) {
+	t.Helper()
+	path := filepath.Join(mnt, name)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opens, before := ops.get("open"), v.Stats().PassthroughBytes
+		if f, err = os.Open(path); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if n := ops.get("open"); n != opens+1 {
+			t.Fatalf("an open of %s sent %d OPEN requests, want 1", name, n-opens)
+		}
+		if v.Stats().PassthroughBytes > before {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no reopen in the same mount used passthrough within a minute: %+v, cache %+v", v.Stats(), c.Stats())
+			t.Fatalf("no open of %s used passthrough within a minute after its pages were dropped: %+v", name, v.Stats())
 		}
-		got, err := os.ReadFile(path)
-		if err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("warm read: %v (or data differs)", err)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	if st := v.Stats(); st.PassthroughBytes != int64(len(data)) {
-		t.Fatalf("passthrough bytes %d, want the file's %d", st.PassthroughBytes, len(data))
+}
+
+// waitComplete waits until the cache holds key whole on disk, so an open
+// of it can be handed to the kernel (the copy is written behind the reads
+// that filled it). It asks through a view of its own, whose counters no
+// test reads.
+func waitComplete(t *testing.T, c *cache.Cache, b backends.Backend, key string) {
+	t.Helper()
+	info, err := b.Stat(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := c.View()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		h, err := probe.Open(context.Background(), b, info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok := h.(interface{ PassthroughFd() (int, bool) }).PassthroughFd()
+		h.Close()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not complete in the cache within a minute: %+v", key, c.Stats())
+		}
 	}
 }
 

@@ -360,7 +360,7 @@ func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 	}
 	src := &lateSource{}
 	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug, ReadOnly: true}
-	a, err := mfs.AdoptInput(hm.Fd, req.Target, hm.Snapshot, in, mfs.InputOptions{Source: src, Key: key, Log: n.log}, mopt)
+	a, err := mfs.AdoptInput(hm.Fd, req.Target, hm.Snapshot, in, mfs.InputOptions{Source: src, Key: key, Log: n.log, KeepOpens: !set.Input.NoOpen}, mopt)
 	if err != nil {
 		release()
 		return err

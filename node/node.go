@@ -317,7 +317,7 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 		if err != nil {
 			return err
 		}
-		srv, err := mfs.MountInput(target, in, mfs.InputOptions{Source: m.view, Key: key, Log: n.log}, mopt)
+		srv, err := mfs.MountInput(target, in, mfs.InputOptions{Source: m.view, Key: key, Log: n.log, KeepOpens: !set.Input.NoOpen}, mopt)
 		if err != nil {
 			return err
 		}

@@ -22,6 +22,7 @@ import (
 // zero value is not a working configuration.
 type Settings struct {
 	Cache   CacheSettings
+	Input   InputSettings
 	Shared  SharedCacheSettings
 	Backend all.Options
 	Output  OutputSettings
@@ -38,6 +39,13 @@ type SharedCacheSettings struct {
 	MaxBytes int64
 	// Timeout bounds one block read from the tier.
 	Timeout time.Duration
+}
+
+// InputSettings configure each input mount (mount-scope).
+type InputSettings struct {
+	// NoOpen lets a mount stop asking for OPEN once a small-file epoch is
+	// read again (fs.InputOptions.KeepOpens is its negation).
+	NoOpen bool
 }
 
 // CacheSettings configure the one block cache of a node (node-wide).
@@ -268,6 +276,9 @@ func Table() []Option {
 		boolOpt("no-passthrough", GroupCache, ScopeNode, false,
 			"serve cached files through the daemon instead of FUSE passthrough",
 			func(s *Settings) *bool { return &s.Cache.NoPassthrough }),
+		boolOpt("input-no-open", GroupCache, ScopeMount, true,
+			"let an input mount stop asking for OPEN and RELEASE once 16 distinct small files it holds whole were opened again (a second epoch costs the daemon nothing); its later opens then get no passthrough. false keeps every open, and passthrough for files complete in the cache",
+			func(s *Settings) *bool { return &s.Input.NoOpen }),
 
 		// The shared cache tier (cluster-wide; see docs/SHARED-CACHE.md).
 		{Name: "shared-cache", Group: GroupCache, Scope: ScopeMount, Kind: "string",

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/node"
@@ -79,11 +81,22 @@ func passthroughBytes(t *testing.T, d *nodeDaemon) int64 {
 // openByPassthrough opens name once the cache holds it whole on disk, so
 // that the kernel reads it by passthrough (the disk tier is written behind
 // the reads that filled it: until then opens are served by the daemon).
+// The mount's page cache of name is dropped before each open: a reopen of
+// a file the kernel still holds stays in cached mode.
 func openByPassthrough(t *testing.T, d *nodeDaemon, name string) *os.File {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		before := passthroughBytes(t, d)
 		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := passthroughBytes(t, d)
+		f, err = os.Open(name)
 		if err != nil {
 			t.Fatal(err)
 		}
