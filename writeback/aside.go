@@ -88,9 +88,22 @@ func (s *Store) setAsideVersion(e *entry, v *version, why error) {
 	r := s.recordOf(e, v)
 	dir := s.asideDir()
 	if err := os.MkdirAll(dir, 0o700); err == nil {
+		before, errBefore := v.blob.stat()
 		if err := os.Link(v.blob.path, filepath.Join(dir, v.blob.name)); err != nil && !errors.Is(err, os.ErrExist) {
 			s.log.Warn("writeback: cannot keep the data of a file set aside", "key", r.Key, "err", err)
 		}
+		after, errAfter := v.blob.stat()
+		s.mu.Lock()
+		// The link changed the live blob's ctime, not its bytes: left
+		// as a change, the writer's last close sealed the same bytes
+		// again, and they failed and were set aside a second time.
+		// Only without a passthrough writer, whose writes the ctime is
+		// the sole witness of (writes through the daemon set dirty).
+		if errBefore == nil && errAfter == nil && e.cur == v.blob && e.ptHandles == 0 &&
+			e.lastSeal == before && after.size == before.size {
+			e.lastSeal = after
+		}
+		s.mu.Unlock()
 	}
 	if err := s.putAsideRecord(r); err != nil {
 		s.log.Warn("writeback: cannot keep a set-aside record", "key", r.Key, "err", err)

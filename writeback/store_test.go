@@ -193,6 +193,49 @@ func TestTransientFailuresRetried(t *testing.T) {
 	wantFile(t, dir, "r2.bin", data)
 }
 
+// A file whose upload fails for good before its writer closes is set aside
+// once: setting it aside links the live blob (a ctime change), which the
+// close must not take for new bytes to seal and fail again.
+func TestPermanentFailureBeforeCloseSetAsideOnce(t *testing.T) {
+	nb, _ := newNAS(t)
+	f := newFaulty(nb)
+	f.failAll = backends.ErrPermission
+	reg := prometheus.NewRegistry()
+	s := openStore(t, f, t.TempDir(), func(o *Options) { o.Registry = reg })
+	ctx := context.Background()
+	h, err := s.Open(ctx, "denied.bin", nil, OpenFlags{Write: true, Truncate: true})
+	must(t, err)
+	if _, err := h.WriteAt(ctx, randBytes(6, 1000), 0); err != nil {
+		t.Fatal(err)
+	}
+	must(t, h.Flush(ctx))
+	// The upload has failed and been set aside once Drain returns.
+	if err := s.Drain(ctx, nil); !errors.Is(err, ErrUploadFailed) {
+		t.Fatalf("Drain = %v, want ErrUploadFailed", err)
+	}
+	must(t, h.Release())
+	if err := s.Drain(ctx, nil); !errors.Is(err, ErrUploadFailed) {
+		t.Fatalf("Drain after the close = %v, want ErrUploadFailed", err)
+	}
+	if got := testutil.ToFloat64(s.m.permanentFails); got != 1 {
+		t.Errorf("permanent failure metric = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(s.m.uploads.WithLabelValues("failed")); got != 1 {
+		t.Errorf("failed uploads = %v, want 1", got)
+	}
+	des, err := os.ReadDir(s.asideDir())
+	must(t, err)
+	var records int
+	for _, de := range des {
+		if filepath.Ext(de.Name()) == ".json" {
+			records++
+		}
+	}
+	if records != 1 {
+		t.Errorf("set-aside records = %d, want 1", records)
+	}
+}
+
 func TestPermanentFailureIsLoudAndKept(t *testing.T) {
 	nb, dir := newNAS(t)
 	f := newFaulty(nb)
