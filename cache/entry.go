@@ -297,10 +297,17 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, sr
 	defer buf.unref()
 	c.keepInMemory(c.blockKey(e.id, bi), buf.ref())
 	n := buf.cost() // the write queue bounds the memory its blocks hold
-	if src.background && flushRun != nil {
-		flushRun()
+	held := false
+	if src.background {
+		// Wait for room rather than skip the disk; a run held back
+		// goes first, or the wait might be for itself.
+		if held = c.writeQueue.TryAcquire(n); !held {
+			if flushRun != nil {
+				flushRun()
+			}
+			held = c.writeQueue.Acquire(c.ctx, n) == nil
+		}
 	}
-	held := src.background && c.writeQueue.Acquire(c.ctx, n) == nil
 	e.mu.Lock()
 	queue, wait := false, false
 	if (e.file != nil || e.whole) && !e.complete {
