@@ -520,8 +520,14 @@ func pwritevFull(f *os.File, bufs [][]byte, off int64) error {
 	for len(bufs) > 0 && err == nil {
 		var n int
 		werr := rc.Write(func(fd uintptr) bool {
-			n, err = unix.Pwritev(int(fd), bufs, off)
-			return err != unix.EINTR
+			// A regular file is never "not ready": retry EINTR here
+			// (returning false would wait on the poller, which a
+			// regular file is not in).
+			for {
+				if n, err = unix.Pwritev(int(fd), bufs, off); err != unix.EINTR {
+					return true
+				}
+			}
 		})
 		if err == nil {
 			err = werr
