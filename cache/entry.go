@@ -433,7 +433,7 @@ func (e *entry) writeBlocks(first int64, refs []blockRef, mayEvict bool) {
 	if c.reserve(e, n, mayEvict) {
 		var err error
 		if aligned > 0 {
-			err = pwritevFull(direct, bufs[:aligned], off)
+			err = c.writeDirect(direct, bufs[:aligned], off)
 		}
 		for i := aligned; i < len(bufs) && err == nil; i++ {
 			// The short last block of an object, or no O_DIRECT.
@@ -536,16 +536,40 @@ func pwritevFull(f *os.File, bufs [][]byte, off int64) error {
 			err = io.ErrShortWrite
 		}
 		off += int64(n)
-		for n > 0 {
-			k := min(n, len(bufs[0]))
-			bufs[0] = bufs[0][k:]
-			n -= k
-			if len(bufs[0]) == 0 {
-				bufs = bufs[1:]
-			}
-		}
+		bufs = advanceBufs(bufs, n)
 	}
 	return err
+}
+
+// advanceBufs drops the first n bytes of bufs (which it may modify).
+func advanceBufs(bufs [][]byte, n int) [][]byte {
+	for n > 0 && len(bufs) > 0 {
+		k := min(n, len(bufs[0]))
+		bufs[0] = bufs[0][k:]
+		n -= k
+		if len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+	}
+	return bufs
+}
+
+// writeDirect writes bufs at off in f, opened O_DIRECT: through AIO when
+// the cache has a context (see aioWriter), and what that did not write (a
+// short write, no free slot) with pwritev.
+func (c *Cache) writeDirect(f *os.File, bufs [][]byte, off int64) error {
+	if c.aio != nil {
+		n, err := c.aio.pwritev(int(f.Fd()), bufs, off)
+		if err != nil && err != errAIOBusy {
+			return err
+		}
+		bufs = advanceBufs(slices.Clone(bufs), n)
+		off += int64(n)
+		if len(bufs) == 0 {
+			return nil
+		}
+	}
+	return pwritevFull(f, bufs, off)
 }
 
 // directOK reports whether buf can be written with O_DIRECT: its address
