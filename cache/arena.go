@@ -141,6 +141,17 @@ func newArena(n int, blockSize int64, prefault bool) *arena {
 	} else {
 		runtime.AddCleanup(a, func(m []byte) { unix.Munmap(m) }, mem)
 	}
+	if err == nil {
+		// Huge pages where the kernel has them (transparent_hugepage
+		// "madvise" or "always"): every byte of a block is copied in
+		// from a socket and out into a FUSE reply and an O_DIRECT
+		// write, which pin it a page at a time; with 2 MiB pages the
+		// page walks and TLB misses mostly go. Measured (one cold
+		// 512 MiB dd through a mount, busy machine, three pairs): the
+		// daemon's CPU 387-418 ms -> 360-378 ms. Advice only: without
+		// THP nothing changes.
+		unix.Madvise(mem, unix.MADV_HUGEPAGE)
+	}
 	if prefault {
 		if err := unix.Madvise(mem, unix.MADV_POPULATE_WRITE); err != nil {
 			for i := 0; i < len(mem); i += 4096 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"unsafe"
 
 	"golang.org/x/sync/semaphore"
+	"golang.org/x/sys/unix"
 
 	"github.com/mlfsd/mlfsd/backends"
 )
@@ -183,7 +185,7 @@ func (e *entry) startFetch(src source, first int64, fetches []*blockFetch) {
 			c.total.release()
 		}
 		for i, f := range fetches {
-			e.finishBlock(first+int64(i), f, blockRef{}, errClosed, src)
+			e.finishBlock(first+int64(i), f, blockRef{}, errClosed, src, nil)
 		}
 		return
 	}
@@ -204,7 +206,7 @@ func (e *entry) startFetch(src source, first int64, fetches []*blockFetch) {
 		}
 		if err != nil {
 			for i, f := range fetches {
-				e.finishBlock(first+int64(i), f, blockRef{}, err, src)
+				e.finishBlock(first+int64(i), f, blockRef{}, err, src, nil)
 			}
 			return
 		}
@@ -224,6 +226,17 @@ func (e *entry) fetch(src source, first int64, fetches []*blockFetch) {
 	if r != nil {
 		defer r.Close()
 	}
+	// Consecutive blocks queued for the disk tier are written together
+	// (writeBlocks), a run at a time.
+	var run []blockRef
+	runFirst := int64(0)
+	flushRun := func() {
+		if len(run) > 0 {
+			e.queueWrite(runFirst, run, src)
+			run = nil
+		}
+	}
+	defer flushRun()
 	for i, f := range fetches {
 		bi := first + int64(i)
 		var buf blockRef
@@ -242,19 +255,36 @@ func (e *entry) fetch(src source, first int64, fetches []*blockFetch) {
 		}
 		if err != nil {
 			buf.unref()
-			e.finishBlock(bi, f, blockRef{}, err, src)
+			e.finishBlock(bi, f, blockRef{}, err, src, nil)
 			continue
 		}
-		e.finishBlock(bi, f, buf, nil, src)
+		if wq, ok := e.finishBlock(bi, f, buf, nil, src, flushRun); ok {
+			if len(run) > 0 && runFirst+int64(len(run)) != bi {
+				flushRun()
+			}
+			if len(run) == 0 {
+				runFirst = bi
+			}
+			run = append(run, wq)
+			if len(run) >= maxWriteRun {
+				flushRun()
+			}
+		} else {
+			flushRun()
+		}
 	}
 }
 
 // finishBlock publishes a fetched block: it wakes the readers waiting for
-// it, keeps it in memory until read, and queues it for the disk tier. The
-// disk write happens behind the reader: a slow or busy disk never slows a
-// fetch; when the write queue is full the block is simply not kept on disk.
-// It consumes the fetch's reference to buf.
-func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, src source) {
+// it, keeps it in memory until read, and takes it into the write queue for
+// the disk tier: ok reports that it did, and wq is then the write queue's
+// reference, for the caller to pass to queueWrite. The disk write happens
+// behind the reader: a slow or busy disk never slows a fetch; when the
+// write queue is full the block is simply not kept on disk. It consumes
+// the fetch's reference to buf. Before it waits for room in the write
+// queue it calls flushRun (when not nil), which must start writing the
+// blocks its caller holds back in the queue: they are what frees room.
+func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, src source, flushRun func()) (wq blockRef, ok bool) {
 	c := e.c
 	if err != nil {
 		e.mu.Lock()
@@ -262,12 +292,22 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, sr
 		f.err = err
 		close(f.done)
 		e.mu.Unlock()
-		return
+		return blockRef{}, false
 	}
 	defer buf.unref()
 	c.keepInMemory(c.blockKey(e.id, bi), buf.ref())
 	n := buf.cost() // the write queue bounds the memory its blocks hold
-	held := src.background && c.writeQueue.Acquire(c.ctx, n) == nil
+	held := false
+	if src.background {
+		// Wait for room rather than skip the disk; a run held back
+		// goes first, or the wait might be for itself.
+		if held = c.writeQueue.TryAcquire(n); !held {
+			if flushRun != nil {
+				flushRun()
+			}
+			held = c.writeQueue.Acquire(c.ctx, n) == nil
+		}
+	}
 	e.mu.Lock()
 	queue, wait := false, false
 	if (e.file != nil || e.whole) && !e.complete {
@@ -298,23 +338,46 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, sr
 		if held {
 			c.writeQueue.Release(n)
 		}
-		return
+		return blockRef{}, false
+	}
+	if wait && flushRun != nil {
+		flushRun()
 	}
 	if wait && c.writeQueue.Acquire(c.ctx, n) != nil {
 		e.mu.Lock()
 		delete(e.writing, bi)
 		e.mu.Unlock()
 		buf.unref() // the write queue's
-		return
+		return blockRef{}, false
 	}
+	return buf, true
+}
+
+// maxWriteRun is the most blocks written to the disk tier in one write.
+// Measured (daemon CPU over a cold 512 MiB dd and the file's completion,
+// perf stat, busy machine, medians of 3): a write per block 367 ms and
+// 5,700 context switches; runs of 4 blocks 340 ms and 3,750; runs of 8
+// held so many blocks in the write queue that it skipped 20 MB of them.
+const maxWriteRun = 4
+
+// queueWrite writes consecutive blocks first.. (each with the write queue's
+// reference and room in it, from finishBlock) to the disk tier in the
+// background, in one write.
+func (e *entry) queueWrite(first int64, refs []blockRef, src source) {
+	c := e.c
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		e.mu.Lock()
-		delete(e.writing, bi)
+		for i := range refs {
+			delete(e.writing, first+int64(i))
+		}
 		e.mu.Unlock()
-		buf.unref() // the write queue's
-		c.writeQueue.Release(n)
+		for _, r := range refs {
+			n := r.cost()
+			r.unref() // the write queue's
+			c.writeQueue.Release(n)
+		}
 		return
 	}
 	c.pinLocked(e)
@@ -323,7 +386,11 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, sr
 	go func() {
 		defer c.wg.Done()
 		defer c.release(e)
-		e.writeBlock(bi, buf, !src.warm)
+		var n int64
+		for _, r := range refs {
+			n += r.cost()
+		}
+		e.writeBlocks(first, refs, !src.warm)
 		c.writeQueue.Release(n)
 	}()
 }
@@ -332,35 +399,63 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, sr
 // marks it present, then drops the write queue's reference to it; the
 // caller holds a pin.
 func (e *entry) writeBlock(bi int64, ref blockRef, mayEvict bool) {
+	e.writeBlocks(bi, []blockRef{ref}, mayEvict)
+}
+
+// writeBlocks stores consecutive blocks first.. in the disk tier (when the
+// bounds allow) and marks them present, then drops the write queue's
+// references to them; the caller holds a pin. Whole blocks of a file opened
+// O_DIRECT go in one pwritev: per write, O_DIRECT pays a syscall that
+// blocks its thread until the device is done, a device request and an
+// exclusive inode lock (see maxWriteRun).
+func (e *entry) writeBlocks(first int64, refs []blockRef, mayEvict bool) {
 	c := e.c
-	buf := ref.data()
-	n := int64(len(buf))
 	e.mu.Lock()
 	file, direct, whole := e.file, e.direct, e.whole
 	e.mu.Unlock()
 	if whole {
-		e.writeWhole(ref, mayEvict)
+		// A one-block object: never a run of more.
+		e.writeWhole(refs[0], mayEvict)
 		return
 	}
-	if direct != nil && directOK(buf) {
-		file = direct
+	bufs := make([][]byte, len(refs))
+	var n int64
+	aligned := 0 // the leading blocks that can go O_DIRECT
+	for i, r := range refs {
+		bufs[i] = r.data()
+		n += int64(len(bufs[i]))
+		if direct != nil && aligned == i && directOK(bufs[i]) {
+			aligned++
+		}
 	}
+	off := first * c.opt.BlockSize
 	wrote := false
 	if c.reserve(e, n, mayEvict) {
-		if _, err := file.WriteAt(buf, bi*c.opt.BlockSize); err != nil {
+		var err error
+		if aligned > 0 {
+			err = c.writeDirect(direct, bufs[:aligned], off)
+		}
+		for i := aligned; i < len(bufs) && err == nil; i++ {
+			// The short last block of an object, or no O_DIRECT.
+			_, err = file.WriteAt(bufs[i], off+int64(i)*c.opt.BlockSize)
+		}
+		if err != nil {
 			c.unreserve(e, n)
-			c.log.Warn("cache: writing block", "id", e.id, "block", bi, "err", err)
+			c.log.Warn("cache: writing blocks", "id", e.id, "first", first, "blocks", len(refs), "err", err)
 		} else {
 			wrote = true
 		}
 	}
 	e.mu.Lock()
-	delete(e.writing, bi)
-	ref.unref()
-	if wrote && !e.complete && !e.present.has(bi) {
-		e.present.set(bi)
-		e.npresent++
-		e.dirty++
+	for i, r := range refs {
+		bi := first + int64(i)
+		delete(e.writing, bi)
+		r.unref()
+		if wrote && !e.complete && !e.present.has(bi) {
+			e.present.set(bi)
+			e.npresent++
+			e.dirty++
+		}
 	}
 	full := !e.complete && e.npresent == e.nblocks
 	flush := !full && e.dirty >= flushEvery && !e.flushing
@@ -412,6 +507,69 @@ func (e *entry) writeWhole(ref blockRef, mayEvict bool) {
 		e.npresent = e.nblocks
 	}
 	e.mu.Unlock()
+}
+
+// pwritevFull writes bufs at off in f, in as many pwritev calls as it
+// takes.
+func pwritevFull(f *os.File, bufs [][]byte, off int64) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	bufs = slices.Clone(bufs)
+	for len(bufs) > 0 && err == nil {
+		var n int
+		werr := rc.Write(func(fd uintptr) bool {
+			// A regular file is never "not ready": retry EINTR here
+			// (returning false would wait on the poller, which a
+			// regular file is not in).
+			for {
+				if n, err = unix.Pwritev(int(fd), bufs, off); err != unix.EINTR {
+					return true
+				}
+			}
+		})
+		if err == nil {
+			err = werr
+		}
+		if err == nil && n == 0 {
+			err = io.ErrShortWrite
+		}
+		off += int64(n)
+		bufs = advanceBufs(bufs, n)
+	}
+	return err
+}
+
+// advanceBufs drops the first n bytes of bufs (which it may modify).
+func advanceBufs(bufs [][]byte, n int) [][]byte {
+	for n > 0 && len(bufs) > 0 {
+		k := min(n, len(bufs[0]))
+		bufs[0] = bufs[0][k:]
+		n -= k
+		if len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+	}
+	return bufs
+}
+
+// writeDirect writes bufs at off in f, opened O_DIRECT: through AIO when
+// the cache has a context (see aioWriter), and what that did not write (a
+// short write, no free slot) with pwritev.
+func (c *Cache) writeDirect(f *os.File, bufs [][]byte, off int64) error {
+	if c.aio != nil {
+		n, err := c.aio.pwritev(int(f.Fd()), bufs, off)
+		if err != nil && err != errAIOBusy {
+			return err
+		}
+		bufs = advanceBufs(slices.Clone(bufs), n)
+		off += int64(n)
+		if len(bufs) == 0 {
+			return nil
+		}
+	}
+	return pwritevFull(f, bufs, off)
 }
 
 // directOK reports whether buf can be written with O_DIRECT: its address

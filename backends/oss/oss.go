@@ -65,6 +65,10 @@ type Options struct {
 // DefaultConnectTimeout is Options.ConnectTimeout's default.
 const DefaultConnectTimeout = 10 * time.Second
 
+// rwTimeout bounds each read or write on a connection (the SDK's
+// read/write timeout); an idle connection may wait ten times as long.
+const rwTimeout = 120 * time.Second
+
 const (
 	defaultThreshold   = 16 << 20
 	defaultPartSize    = 8 << 20
@@ -145,11 +149,14 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	copts := []alioss.ClientOption{
 		alioss.EnableCRC(true),
 		alioss.ForcePathStyle(pathStyle),
-		alioss.Timeout(int64(math.Ceil(opt.ConnectTimeout.Seconds())), 120),
+		alioss.Timeout(int64(math.Ceil(opt.ConnectTimeout.Seconds())), int64(rwTimeout/time.Second)),
 		alioss.MaxConns(256, 256, 0),
 	}
 	if cred.token != "" {
 		copts = append(copts, alioss.SecurityToken(cred.token))
+	}
+	if hc := newHTTPClient(strings.HasPrefix(epURL, "https:"), opt.ConnectTimeout, rwTimeout); hc != nil {
+		copts = append(copts, alioss.HTTPClient(hc))
 	}
 	client, err := alioss.New(epURL, cred.id, cred.secret, copts...)
 	if err != nil {
