@@ -22,7 +22,10 @@ type handle struct {
 	window int64 // GUARDED_BY(mu): readahead window; 0 = random access
 	ahead  int64 // GUARDED_BY(mu): readahead has been sent for blocks below this
 	misses int   // GUARDED_BY(mu): reads in a row outside the stream
-	closed bool  // GUARDED_BY(mu)
+	// fromStart: the stream began with a read at offset 0 (a whole-file
+	// read), so its window jumps to the maximum once it is established.
+	fromStart bool // GUARDED_BY(mu)
+	closed    bool // GUARDED_BY(mu)
 }
 
 // OffersPassthrough reports whether PassthroughFd would offer a file,
@@ -143,9 +146,20 @@ func (h *handle) readahead(off, end int64) {
 		h.misses = 0
 		if h.window == 0 {
 			h.c.streams.Add(1)
+			h.fromStart = off == 0
 		}
 		h.window = min(max(2*h.window, o.MinWindow), o.MaxWindow)
 		h.next = max(h.next, end)
+		if h.fromStart && h.next >= 2*o.BlockSize {
+			// Two blocks read from offset 0 on: a whole-file read. Its
+			// window goes to the maximum now. The kernel sends only two
+			// reads before the first is answered (a time to first byte
+			// later), so doubling per read kept 4 one-block requests in
+			// flight for that long, where the ideal reader has 16 full
+			// ones, and then ramped through small requests that each
+			// paid a time to first byte. The first read stays small.
+			h.window = o.MaxWindow
+		}
 	} else {
 		h.c.stats.randomReads.Add(1)
 		// One stray read (a header, an index at the end) does not end a
@@ -155,7 +169,7 @@ func (h *handle) readahead(off, end int64) {
 			if h.window > 0 {
 				h.c.streams.Add(-1)
 			}
-			h.window, h.ahead, h.next = 0, 0, end
+			h.window, h.ahead, h.next, h.fromStart = 0, 0, end, false
 		}
 		h.mu.Unlock()
 		bs := o.BlockSize
@@ -176,6 +190,12 @@ func (h *handle) readahead(off, end int64) {
 	h.mu.Lock()
 	from := max(h.ahead, first)
 	issue := edge-from+1 >= req || edge == h.e.nblocks-1 && from <= edge
+	if issue && edge < h.e.nblocks-1 {
+		// Whole requests only: the rest of the window goes with the next
+		// read, in a full request, rather than now as a short one that
+		// pays a time to first byte for a block or two.
+		edge = from + (edge-from+1)/req*req - 1
+	}
 	if issue {
 		h.ahead = edge + 1
 	}
@@ -216,7 +236,7 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 			data := r.data()
 			if int64(len(data)) == e.blockLen(bi) {
 				c.stats.memoryHits.Add(1)
-				c.consumed(key, end-boff, int64(len(data)))
+				h.consumed(bi, key, end-boff, int64(len(data)))
 				return data[boff:end], r, tierMemory, nil
 			}
 			r.unref()
@@ -234,7 +254,7 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 				return p[:n], blockRef{}, tierDisk, fmt.Errorf("cache file %s: %w", e.id, err)
 			}
 			c.stats.diskHits.Add(1)
-			c.consumed(key, end-boff, e.blockLen(bi))
+			h.consumed(bi, key, end-boff, e.blockLen(bi))
 			return p, blockRef{}, tierDisk, nil
 		}
 		if w, ok := e.writing[bi]; ok {
@@ -242,7 +262,7 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 			r := w.ref()
 			e.mu.Unlock()
 			c.stats.memoryHits.Add(1)
-			c.consumed(key, end-boff, e.blockLen(bi))
+			h.consumed(bi, key, end-boff, e.blockLen(bi))
 			return r.data()[boff:end], r, tierMemory, nil
 		}
 		f := e.inflight[bi]
@@ -269,19 +289,40 @@ func (h *handle) readBlock(ctx context.Context, bi int64, p []byte, boff int64) 
 			continue // recycled before we got to it: look again
 		}
 		c.stats.fetchWaits.Add(1)
-		c.consumed(key, end-boff, e.blockLen(bi))
+		h.consumed(bi, key, end-boff, e.blockLen(bi))
 		return f.data.data()[boff:end], f.data, tierFetch, nil
 	}
 	return nil, blockRef{}, tierFetch, fmt.Errorf("cache: block %d of %s could not be kept long enough to read", bi, e.id)
 }
 
-// consumed counts n bytes of a block read, however they were served: once
+// consumed counts n bytes of block bi read, however they were served: once
 // its bytes have all been read it leaves the ready buffer for the ristretto
-// tier, which keeps it if it is worth keeping.
-func (c *Cache) consumed(key string, n, full int64) {
-	if d, ok := c.ready.consume(key, n, full); ok {
-		c.memSet(key, d)
+// tier, which keeps it if it is worth keeping. A block whose disk write was
+// skipped when it arrived (the write queue was full: a whole window of
+// requests delivers at once) is queued for the disk now, if there is room:
+// ristretto may refuse it, and the background completion of the disk copy
+// would fetch it again.
+func (h *handle) consumed(bi int64, key string, n, full int64) {
+	c, e := h.c, h.e
+	d, ok := c.ready.consume(key, n, full)
+	if !ok {
+		return
 	}
+	e.mu.Lock()
+	_, writing := e.writing[bi]
+	write := e.file != nil && !e.whole && !e.complete && !writing && !e.present.has(bi) &&
+		c.writeQueue.TryAcquire(d.cost())
+	var wq blockRef
+	if write {
+		wq = d.ref() // the write queue's, shared with e.writing as finishBlock does
+		e.writing[bi] = wq
+	}
+	e.mu.Unlock()
+	if write {
+		c.stats.writtenFromMemory.Add(1)
+		e.queueWrite(bi, []blockRef{wq}, h.src)
+	}
+	c.memSet(key, d)
 }
 
 // Close implements Handle: it unpins the entry (so it may be evicted

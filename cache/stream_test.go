@@ -160,3 +160,70 @@ func TestBlockReadOutOfOrderStaysUntilRead(t *testing.T) {
 		t.Errorf("fetched %d bytes for a %d-byte object; %s", f, size, b.refetched(c.opt.BlockSize))
 	}
 }
+
+// TestWholeFileReadFillsWindowAtOnce: a read from offset 0 continued by a
+// second sequential read is a whole-file read; the second read already
+// sends the whole window (16 requests of 8 MiB, the ideal reader's shape),
+// not a doubling ramp of small requests that waits on the reads the kernel
+// sends only after the first is answered. Every byte is still fetched
+// once, and a stream that starts elsewhere keeps the doubling ramp.
+func TestWholeFileReadFillsWindowAtOnce(t *testing.T) {
+	b := newFake("fake://a/")
+	const size = 256 * MiB
+	data := randomData(21, size)
+	info := b.put("whole", data)
+	c := newTestCache(t, Options{Dir: t.TempDir(), MemoryBytes: 512 * MiB})
+	h := open(t, c, b, info).(*handle)
+	buf := make([]byte, MiB)
+	for i := range int64(2) {
+		if _, err := h.ReadAt(context.Background(), buf, i*MiB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.mu.Lock()
+	ahead, window := h.ahead, h.window
+	h.mu.Unlock()
+	o := c.opt
+	if window != o.MaxWindow {
+		t.Errorf("window %d after two reads from offset 0; want the maximum %d", window, o.MaxWindow)
+	}
+	// Requests are sent whole: the window's 128 MiB less what is not a
+	// whole 8 MiB request yet.
+	if sent := ahead * o.BlockSize; sent < 2*MiB+o.MaxWindow-o.MaxRequestBytes {
+		t.Errorf("after two reads from offset 0 readahead was sent up to %d; want at least %d", sent, 2*MiB+o.MaxWindow-o.MaxRequestBytes)
+	}
+	got := readAll(t, h, size, MiB)
+	h.Close()
+	if !bytes.Equal(got, data) {
+		t.Fatal("data differs")
+	}
+	rs := b.readLog()
+	short := 0
+	for _, r := range rs {
+		if r.length < o.MaxRequestBytes && r.off+r.length != size {
+			short++
+		}
+	}
+	// The first two reads' blocks alone; no short stragglers after.
+	if short > 2 {
+		t.Errorf("%d requests shorter than %d: %s", short, o.MaxRequestBytes, describeReads(rs))
+	}
+	if f := b.fetchedBytes(); f != size {
+		t.Errorf("fetched %d bytes for a %d-byte object; want each byte once", f, size)
+	}
+
+	// A stream that starts at 64 MiB ramps up from one block: its first
+	// two reads are random (no stream yet), the next two double.
+	h2 := open(t, c, b, b.put("mid", data)).(*handle)
+	defer h2.Close()
+	for i := range int64(4) {
+		if _, err := h2.ReadAt(context.Background(), buf, 64*MiB+i*MiB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h2.mu.Lock()
+	defer h2.mu.Unlock()
+	if h2.window != 2*o.MinWindow {
+		t.Errorf("window %d after two reads from 64 MiB; want %d (doubling)", h2.window, 2*o.MinWindow)
+	}
+}
