@@ -192,10 +192,19 @@ func (e *entry) startFetch(src source, first int64, fetches []*blockFetch) {
 	c.pinLocked(e)
 	c.wg.Add(1)
 	c.mu.Unlock()
+	// Take the object's request permit here when one is free, so requests
+	// take them in the order they were sent: taken in the goroutines, the
+	// first read's one-block request of a whole-file read waited behind a
+	// window of 8 MiB requests sent just after it (its read was answered
+	// after 166 ms instead of 40).
+	sem := e.sem.TryAcquire(1)
 	go func() {
 		defer c.wg.Done()
 		defer c.release(e)
-		err := e.sem.Acquire(c.ctx, 1)
+		var err error
+		if !sem {
+			err = e.sem.Acquire(c.ctx, 1)
+		}
 		if err == nil && !src.slotHeld {
 			err = c.total.acquire(c.ctx, src.warm)
 			if err != nil {

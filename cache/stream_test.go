@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -225,5 +226,46 @@ func TestWholeFileReadFillsWindowAtOnce(t *testing.T) {
 	defer h2.mu.Unlock()
 	if h2.window != 2*o.MinWindow {
 		t.Errorf("window %d after two reads from 64 MiB; want %d (doubling)", h2.window, 2*o.MinWindow)
+	}
+}
+
+// TestFirstBlockNotQueuedBehindWindow: the requests of a whole-file read
+// take the object's request permits in the order they were sent, so the
+// first read's one-block request is among those in flight, not queued
+// behind the window's 8 MiB requests sent just after it.
+func TestFirstBlockNotQueuedBehindWindow(t *testing.T) {
+	b := newFake("fake://a/")
+	const size = 256 * MiB
+	info := b.put("whole", randomData(22, size))
+	gate := make(chan struct{})
+	b.mu.Lock()
+	b.gate = gate
+	b.mu.Unlock()
+	c := newTestCache(t, Options{Dir: t.TempDir(), MemoryBytes: 512 * MiB})
+	h := open(t, c, b, info).(*handle)
+	defer h.Close()
+	// The kernel's first two reads, as they arrive: the second before the
+	// first is answered.
+	h.readahead(0, MiB)
+	h.readahead(MiB, 2*MiB)
+	perObject := int(c.opt.FileRequests)
+	for len(b.readLog()) < perObject {
+		runtime.Gosched()
+	}
+	rs := b.readLog()
+	first := false
+	for _, r := range rs {
+		first = first || r.off == 0
+	}
+	close(gate)
+	if len(rs) != perObject {
+		t.Errorf("%d requests in flight; want the object's bound %d", len(rs), perObject)
+	}
+	if !first {
+		t.Errorf("the first block's request is not among the %d in flight: %s", len(rs), describeReads(rs))
+	}
+	buf := make([]byte, MiB)
+	if _, err := h.ReadAt(context.Background(), buf, 0); err != nil {
+		t.Fatal(err)
 	}
 }
