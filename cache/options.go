@@ -26,7 +26,9 @@ type Options struct {
 	// BlockSize is the unit of caching, single-flight and presence.
 	BlockSize int64
 	// MinWindow and MaxWindow bound the readahead window of a sequential
-	// stream: it starts at MinWindow and doubles on every sequential read.
+	// stream: it starts at MinWindow and doubles on every sequential read,
+	// except that a stream read from offset 0 takes MaxWindow at its
+	// second read (a whole-file read; see handle.readahead).
 	// MaxWindow is capped at a quarter of MemoryBytes (half the buffer that
 	// holds fetched blocks until they are read).
 	MinWindow, MaxWindow int64
