@@ -11,7 +11,10 @@
 //	GET  /v1/mounts                  -> []node.MountInfo
 //	GET  /v1/status                  -> []node.MountStatus
 //
-// An error is a non-2xx status with {"error": "..."}.
+// An error is a non-2xx status with {"error": "..."}. A request refused or
+// cut because the daemon is handing its mounts over to a new daemon
+// (node.ErrHandingOver: nothing was unmounted) is a 503 with
+// {"code": "handing_over"}; the Client sends it again to the new daemon.
 package api
 
 import (
@@ -66,4 +69,9 @@ type UnmountRequest struct {
 // errorBody is the body of every error reply.
 type errorBody struct {
 	Error string `json:"error"`
+	// Code names a condition a client acts on: codeHandingOver.
+	Code string `json:"code,omitempty"`
 }
+
+// codeHandingOver marks an error reply of node.ErrHandingOver.
+const codeHandingOver = "handing_over"

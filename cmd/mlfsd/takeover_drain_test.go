@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+)
+
+// TestDaemonTakeoverDuringUmountDrain: `mlfsd umount` of an output whose
+// uploads are still queued is draining when a new daemon takes over. The
+// old daemon cuts the drain (nothing is unmounted) and answers so; the
+// client sends the unmount again to the new daemon, which recovered the
+// journal, drains and unmounts: the command exits 0, every file is in the
+// store whole, and the mount is gone.
+func TestDaemonTakeoverDuringUmountDrain(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "bkt", "out"), 0o755)
+	// 2 MiB/s a connection, one upload at a time: the drain of 4 files of
+	// 2 MiB takes about 4 s, and the takeover comes during it.
+	_, endpoint := ossemutest.Start(t, root, ossemu.Options{ConnBandwidth: 2 << 20})
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	dir := t.TempDir()
+	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
+	out := t.TempDir()
+	if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "--upload-concurrency", "1", "oss://bkt/out/", out); code != 0 {
+		t.Fatalf("mount output: %s", errOut)
+	}
+	takeover := forkNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
+	files := map[string][]byte{}
+	for i := range 4 {
+		name := fmt.Sprintf("f%d.bin", i)
+		files[name] = randomBytes(t, 2<<20)
+		if err := os.WriteFile(filepath.Join(out, name), files[name], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	umount := mlfsdCmd(t, "umount", "--daemon", d.socket, out)
+	ossEnv(umount)
+	var uout, uerr bytes.Buffer
+	umount.Stdout, umount.Stderr = &uout, &uerr
+	if err := umount.Start(); err != nil {
+		t.Fatal(err)
+	}
+	umounted := make(chan error, 1)
+	go func() { umounted <- umount.Wait() }()
+	t.Cleanup(func() {
+		umount.Process.Kill()
+		<-umounted
+	})
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.stderr.String(), `"msg":"draining"`); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the umount never started draining; daemon:\n%s", d.stderr)
+		}
+	}
+
+	d2 := takeover()
+	if err := d.waitExit(t); err != nil {
+		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
+	}
+	if !strings.Contains(d.stderr.String(), "unmount cut by a handover") {
+		t.Fatalf("the drain was not under way at the switch (the test lost its point); old daemon:\n%s", d.stderr)
+	}
+	select {
+	case err := <-umounted:
+		umounted <- err
+		if err != nil {
+			t.Fatalf("mlfsd umount across the takeover: %v; stderr:\n%s\nnew daemon:\n%s", err, &uerr, d2.stderr)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("mlfsd umount never returned; stderr:\n%s\nnew daemon:\n%s", &uerr, d2.stderr)
+	}
+	// Exited 0: drained and unmounted by the new daemon. Nothing waits.
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(root, "bkt", "out", name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s in the store after the umount: %d bytes of %d, %v", name, len(got), len(want), err)
+		}
+	}
+	if isMounted(t, out) {
+		t.Errorf("%s still mounted after the umount exited 0", out)
+	}
+	if !strings.Contains(d2.stderr.String(), `"msg":"unmounted"`) {
+		t.Errorf("the new daemon did not unmount it:\n%s", d2.stderr)
+	}
+	if code, stdout, _ := d2.client(t, "status", "--daemon", d2.socket); code != 0 || strings.Contains(stdout, out) {
+		t.Errorf("the new daemon still lists %s (exit %d):\n%s", out, code, stdout)
+	}
+	for _, dd := range []*nodeDaemon{d, d2} {
+		if s := dd.stderr.String(); strings.Contains(s, "panic") || strings.Contains(s, `"level":"ERROR"`) {
+			t.Errorf("a daemon logged an error:\n%s", s)
+		}
+	}
+}
+
+// TestDaemonUmountOrdinaryErrorNotRetried: an unmount the daemon refuses
+// for an ordinary reason fails at once with its message (it is not waited
+// on as a takeover would be).
+func TestDaemonUmountOrdinaryErrorNotRetried(t *testing.T) {
+	d := startNodeDaemon(t, t.TempDir())
+	missing := filepath.Join(t.TempDir(), "not-mounted")
+	cmd := mlfsdCmd(t, "umount", "--daemon", d.socket, missing)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	if _, ok := err.(*exec.ExitError); !ok || !strings.Contains(errb.String(), missing) || !strings.Contains(errb.String(), "not mounted") {
+		t.Fatalf("umount of a target not mounted: %v; stderr:\n%s", err, &errb)
+	}
+	if strings.Contains(errb.String(), "takeover") {
+		t.Errorf("an ordinary error was taken for a takeover:\n%s", &errb)
+	}
+	if n := strings.Count(d.stderr.String(), `"msg":"api: unmount"`); n != 1 {
+		t.Errorf("the daemon saw %d unmount requests, want 1:\n%s", n, d.stderr)
+	}
+}
