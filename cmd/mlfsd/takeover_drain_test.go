@@ -122,3 +122,73 @@ func TestDaemonUmountOrdinaryErrorNotRetried(t *testing.T) {
 		t.Errorf("the daemon saw %d unmount requests, want 1:\n%s", n, d.stderr)
 	}
 }
+
+// TestDaemonTakeoverDuringRunDrain: `mlfsd run --daemon` is waiting for
+// its outputs to be durable when a new daemon takes over. The drain cut by
+// the old daemon is sent again to the new one, which uploads what was
+// pending; the run exits 0 with every file in the store whole and nothing
+// mounted.
+func TestDaemonTakeoverDuringRunDrain(t *testing.T) {
+	tmp := t.TempDir()
+	root := filepath.Join(tmp, "store")
+	os.MkdirAll(filepath.Join(root, "bkt", "out"), 0o755)
+	// 64 KiB/s a connection: each 1 MiB file takes about 16 s to upload,
+	// longer than a handover waits for uploads in flight.
+	_, endpoint := ossemutest.Start(t, root, ossemu.Options{ConnBandwidth: 64 << 10})
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	dir := t.TempDir()
+	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
+	spec := filepath.Join(tmp, "job.yaml")
+	if err := os.WriteFile(spec, []byte(`name: drain
+command: sh -c 'for i in 0 1 2 3; do yes "line $i" | head -c 1048576 > "$PAI_OUTPUT_MODEL/f$i.txt"; done'
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	takeover := forkNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
+	run := mlfsdCmd(t, "run", "--daemon", d.socket, "--spec", spec, "--root", filepath.Join(tmp, "ml"), "--output-path", "oss://bkt/out/")
+	ossEnv(run)
+	var rerr syncBuffer
+	run.Stderr = &rerr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- run.Wait() }()
+	t.Cleanup(func() {
+		run.Process.Kill()
+		<-ran
+	})
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(rerr.String(), "waiting until the output is durable"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run never waited for its outputs; stderr:\n%s\ndaemon:\n%s", &rerr, d.stderr)
+		}
+	}
+	d2 := takeover()
+	if err := d.waitExit(t); err != nil {
+		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
+	}
+	select {
+	case err := <-ran:
+		ran <- err
+		if err != nil {
+			t.Fatalf("mlfsd run across the takeover: %v; stderr:\n%s\nnew daemon:\n%s", err, &rerr, d2.stderr)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("mlfsd run never returned; stderr:\n%s\nnew daemon:\n%s", &rerr, d2.stderr)
+	}
+	// The old daemon cut the drain and answered so (the run sent it again).
+	if !strings.Contains(d.stderr.String(), `"path":"/v1/drain","status":503`) {
+		t.Errorf("the drain was not cut by the switch (the test lost its point); old daemon:\n%s", d.stderr)
+	}
+	for i := range 4 {
+		want := bytes.Repeat([]byte(fmt.Sprintf("line %d\n", i)), 1<<20/7+1)[:1<<20]
+		got, err := os.ReadFile(filepath.Join(root, "bkt", "out", "model", fmt.Sprintf("f%d.txt", i)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("f%d.txt in the store after the run: %d bytes of %d, %v", i, len(got), len(want), err)
+		}
+	}
+	if m := mountsUnder(t, tmp); len(m) > 0 {
+		t.Errorf("still mounted after mlfsd run --daemon: %v", m)
+	}
+}

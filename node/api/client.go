@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/mlfsd/mlfsd/job"
@@ -27,6 +28,25 @@ type Client struct {
 	// TakeoverWait bounds the wait for the new daemon after a request was
 	// cut by a takeover (and the caller's context bounds it too).
 	TakeoverWait time.Duration
+
+	mu sync.Mutex
+	// takeoverUntil: a daemon answered handing_over, and until then a
+	// socket nobody listens on is the gap between the old daemon's exit
+	// and the new one's start, waited on by every request of this client
+	// (a job runner drains its outputs one after the other). GUARDED_BY(mu)
+	takeoverUntil time.Time
+}
+
+func (c *Client) sawTakeover() {
+	c.mu.Lock()
+	c.takeoverUntil = time.Now().Add(c.TakeoverWait)
+	c.mu.Unlock()
+}
+
+func (c *Client) inTakeover() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Before(c.takeoverUntil)
 }
 
 // DefaultTakeoverWait is a Client's TakeoverWait: a takeover pauses the
@@ -73,19 +93,25 @@ func (e *notListeningError) Unwrap() error { return e.err }
 // backoff, until the new daemon answers it, TakeoverWait passes or ctx is
 // done. Only the takeover refusal starts the retries: a request that did
 // not reach a daemon, or failed for any other reason, fails at once. While
-// waiting, a socket nobody listens on yet is waited on too. The requests
+// waiting, and for TakeoverWait after this client last saw a takeover, a
+// socket nobody listens on is waited on too. The requests
 // are safe to send again: a daemon that cut one did nothing of it (an
 // unmount cut while draining left the mount mounted, and the new daemon
 // drains and unmounts it), and a mount of a target that holds the same
 // mount already answers with it.
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	err := c.doOnce(ctx, method, path, in, out)
-	if !handingOver(err) {
+	var nl *notListeningError
+	cut := handingOver(err)
+	if !cut && !(errors.As(err, &nl) && c.inTakeover()) {
 		return err
 	}
 	deadline := time.Now().Add(c.TakeoverWait)
 	backoff := 20 * time.Millisecond
 	for {
+		if handingOver(err) {
+			c.sawTakeover()
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -94,18 +120,20 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		case <-t.C:
 		}
 		err = c.doOnce(ctx, method, path, in, out)
-		var nl *notListeningError
 		if err == nil {
 			return nil
 		}
 		var ae *Error
-		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		if cut && errors.As(err, &ae) && ae.Status == http.StatusNotFound {
 			// The daemon that took over does not hold the target: this
 			// request did not drain or unmount it. Not wrapped, so that
 			// no caller takes it for an unmount already done.
 			return fmt.Errorf("%s (sent again after a daemon takeover: the daemon that answers now does not hold it, so it was not drained or unmounted by this request)", ae.Message)
 		}
 		if !handingOver(err) && !errors.As(err, &nl) {
+			if !cut {
+				return err
+			}
 			return fmt.Errorf("%w (sent again after a daemon takeover)", err)
 		}
 		if !time.Now().Before(deadline) {
