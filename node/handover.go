@@ -71,8 +71,10 @@ type Handover struct {
 var ErrHandingOver = errors.New("mlfsd daemon is handing its mounts over to a new daemon; try again")
 
 // FreezeForHandover freezes every mount and describes it for a new
-// process. Mount and unmount requests are refused until Abort. It fails,
-// with everything thawed, when a mount cannot be handed over.
+// process. Mount, unmount and drain requests are refused (an unmount or a
+// drain under way is cut, its mount left mounted) with ErrHandingOver
+// until Abort. It fails, with everything thawed, when a mount cannot be
+// handed over (one being detached, for instance).
 func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 	n.mu.Lock()
 	if n.closed || n.handover {
