@@ -143,6 +143,8 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		return errors.Join(err, closeNode())
 	} else if err != nil {
 		keepServing("the API socket", err)
+	} else if err := api.ClearTakeover(socket); err != nil {
+		a.log.Warn("takeover marker", "err", err)
 	}
 	handedOver := make(chan struct{})
 	hl, err := api.Listen(hsock)
@@ -174,6 +176,11 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		// that answer before the exit, so that their clients send them
 		// again to the new daemon, which waits for this exit to listen.
 		if l != nil {
+			// Clients that find nobody listening until the new daemon
+			// does wait for it (the new daemon removes the marker).
+			if err := api.MarkTakeover(socket); err != nil {
+				a.log.Warn("takeover marker", "err", err)
+			}
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			srv.Shutdown(sctx)
 			cancel()

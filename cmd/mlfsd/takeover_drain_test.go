@@ -12,6 +12,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/node/api"
 )
 
 // TestDaemonTakeoverDuringUmountDrain: `mlfsd umount` of an output whose
@@ -66,6 +67,9 @@ func TestDaemonTakeoverDuringUmountDrain(t *testing.T) {
 	d2 := takeover()
 	if err := d.waitExit(t); err != nil {
 		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
+	}
+	if _, err := os.Stat(api.TakeoverMarker(d.socket)); !os.IsNotExist(err) {
+		t.Errorf("the takeover marker is still there once the new daemon listens: %v", err)
 	}
 	if !strings.Contains(d.stderr.String(), "unmount cut by a handover") {
 		t.Fatalf("the drain was not under way at the switch (the test lost its point); old daemon:\n%s", d.stderr)

@@ -18,6 +18,10 @@
 package api
 
 import (
+	"errors"
+	"io/fs"
+	"os"
+
 	"github.com/mlfsd/mlfsd/node"
 )
 
@@ -75,3 +79,23 @@ type errorBody struct {
 
 // codeHandingOver marks an error reply of node.ErrHandingOver.
 const codeHandingOver = "handing_over"
+
+// TakeoverMarker is the file a daemon that handed its mounts over leaves
+// beside its API socket (SOCKET.takeover) until the new daemon listens:
+// a client that finds nobody listening while it is there (and not older
+// than its TakeoverWait) waits for the new daemon instead of failing.
+func TakeoverMarker(socket string) string { return socket + ".takeover" }
+
+// MarkTakeover writes socket's TakeoverMarker (the old daemon, before it
+// stops listening).
+func MarkTakeover(socket string) error {
+	return os.WriteFile(TakeoverMarker(socket), nil, 0o600)
+}
+
+// ClearTakeover removes socket's TakeoverMarker (a daemon once it listens).
+func ClearTakeover(socket string) error {
+	if err := os.Remove(TakeoverMarker(socket)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -41,6 +42,14 @@ func (c *Client) sawTakeover() {
 	c.mu.Lock()
 	c.takeoverUntil = time.Now().Add(c.TakeoverWait)
 	c.mu.Unlock()
+}
+
+// markedTakeover reports whether a daemon left the socket's
+// TakeoverMarker within TakeoverWait (one that let go of its mounts and
+// whose successor does not listen yet).
+func (c *Client) markedTakeover() bool {
+	fi, err := os.Stat(TakeoverMarker(c.socket))
+	return err == nil && time.Since(fi.ModTime()) < c.TakeoverWait
 }
 
 func (c *Client) inTakeover() bool {
@@ -103,8 +112,18 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	err := c.doOnce(ctx, method, path, in, out)
 	var nl *notListeningError
 	cut := handingOver(err)
-	if !cut && !(errors.As(err, &nl) && c.inTakeover()) {
-		return err
+	if !cut {
+		if !errors.As(err, &nl) {
+			return err
+		}
+		if !c.inTakeover() && !c.markedTakeover() {
+			// No daemon, or a new one that listens and cleared the
+			// marker just after this dial: one more try tells.
+			return c.doOnce(ctx, method, path, in, out)
+		}
+		// The old daemon exited after a takeover and the new one does
+		// not listen yet: wait for it.
+		c.sawTakeover()
 	}
 	deadline := time.Now().Add(c.TakeoverWait)
 	backoff := 20 * time.Millisecond

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/mlfsd/mlfsd/node"
 )
@@ -190,5 +191,45 @@ func TestClientDoesNotRetryOrdinaryErrors(t *testing.T) {
 	_, err = c.Mount(cctx, node.MountRequest{URI: "nas://" + t.TempDir() + "/", Target: t.TempDir(), ReadOnly: true})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Mount with a cancelled context: %v", err)
+	}
+}
+
+// TestClientWaitsWhileTakeoverMarked: a request that finds nobody on the
+// socket while a daemon's takeover marker is there (the old daemon exited,
+// the new one does not listen yet) waits for the new daemon; with a marker
+// older than TakeoverWait, or none, it fails at once.
+func TestClientWaitsWhileTakeoverMarked(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	c := NewClient(sock)
+	if _, err := c.List(t.Context()); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Fatalf("List with no daemon and no marker: %v", err)
+	}
+	if err := MarkTakeover(sock); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * DefaultTakeoverWait)
+	if err := os.Chtimes(TakeoverMarker(sock), old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.List(t.Context()); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Fatalf("List with a stale marker: %v", err)
+	}
+	if err := MarkTakeover(sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(TakeoverMarker(sock), time.Now(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		_, err := NewClient(sock).List(t.Context())
+		res <- err
+	}()
+	startNew(t, sock)
+	if err := ClearTakeover(sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; err != nil {
+		t.Fatalf("List while the takeover was marked: %v", err)
 	}
 }
