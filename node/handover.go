@@ -64,12 +64,17 @@ type Handover struct {
 	Mounts []HandoverMount
 }
 
-// errHandingOver refuses mount requests during a handover.
-var errHandingOver = errors.New("mlfsd daemon is handing its mounts over to a new daemon; try again")
+// ErrHandingOver refuses or cuts a mount, unmount or drain request during
+// a handover: nothing was unmounted. The request is to be sent again to
+// the daemon that answers on the socket next (the new one once it serves,
+// or this one if the handover failed), which carries it out.
+var ErrHandingOver = errors.New("mlfsd daemon is handing its mounts over to a new daemon; try again")
 
 // FreezeForHandover freezes every mount and describes it for a new
-// process. Mount and unmount requests are refused until Abort. It fails,
-// with everything thawed, when a mount cannot be handed over.
+// process. Mount, unmount and drain requests are refused (an unmount or a
+// drain under way is cut, its mount left mounted) with ErrHandingOver
+// until Abort. It fails, with everything thawed, when a mount cannot be
+// handed over (one being detached, for instance).
 func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 	n.mu.Lock()
 	if n.closed || n.handover {
@@ -82,8 +87,11 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 			n.mu.Unlock()
 			return nil, fmt.Errorf("%s is being mounted; try again", m.req.Target)
 		}
+		// A mount being drained for an unmount is handed over: its drain
+		// is cut and answered ErrHandingOver, and the client sends the
+		// unmount again to the new daemon. One being detached is not.
 		m.mu.Lock()
-		busy := m.unmounting
+		busy := m.detaching
 		m.mu.Unlock()
 		if busy {
 			n.mu.Unlock()

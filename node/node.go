@@ -146,7 +146,17 @@ type mount struct {
 	done           chan struct{} // closed once unmounted and released
 
 	mu         sync.Mutex
-	unmounting bool // GUARDED_BY(mu): Unmount was called (not an external umount)
+	unmounting *unmountAttempt // GUARDED_BY(mu): an Unmount under way (not an external umount)
+	// detaching: the unmount under way drained and is detaching the
+	// mount; a handover is refused from then on. GUARDED_BY(mu)
+	detaching bool
+}
+
+// unmountAttempt is one Unmount of a mount; a concurrent Unmount of the
+// same mount waits for it and answers as it does.
+type unmountAttempt struct {
+	done chan struct{} // closed when the attempt ended
+	err  error         // set before done is closed
 }
 
 // live reports whether m finished mounting successfully.
@@ -230,13 +240,15 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (MountInfo, error) {
 	}
 
 	n.mu.Lock()
+	// Handing over comes first: a committed handover closes the node,
+	// and a client must then wait for the new daemon, not give up.
+	if n.handover {
+		n.mu.Unlock()
+		return MountInfo{}, ErrHandingOver
+	}
 	if n.closed {
 		n.mu.Unlock()
 		return MountInfo{}, ErrClosed
-	}
-	if n.handover {
-		n.mu.Unlock()
-		return MountInfo{}, errHandingOver
 	}
 	if m, ok := n.mounts[target]; ok {
 		n.mu.Unlock()
@@ -449,7 +461,7 @@ func (n *Node) countMounts() (in, out int) {
 func (n *Node) watch(m *mount) {
 	m.srv.Wait()
 	m.mu.Lock()
-	external := !m.unmounting
+	external := m.unmounting == nil
 	m.mu.Unlock()
 	if external {
 		n.log.Warn("unmounted externally", "mountpoint", m.info.Target)
@@ -527,7 +539,20 @@ func (n *Node) Drain(ctx context.Context, target string) error {
 	if m.store == nil {
 		return nil
 	}
-	return m.store.Drain(ctx, n.progress(m))
+	err = m.store.Drain(ctx, n.progress(m))
+	if err != nil && n.handingOver() {
+		// Cut by the handover: the new daemon uploads the rest from
+		// the journal; the client drains again there.
+		return fmt.Errorf("drain %s: %w", m.info.Target, ErrHandingOver)
+	}
+	return err
+}
+
+// handingOver reports whether a handover is under way (or committed).
+func (n *Node) handingOver() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.handover
 }
 
 // Detach unmounts without draining first: an output's closed files not yet
@@ -539,7 +564,9 @@ func (n *Node) Detach(ctx context.Context, target string) error {
 
 // Unmount drains an output mount (until ctx is done: what is not uploaded
 // by then stays journaled for the next mount of the channel), then
-// detaches the mount and releases what it held.
+// detaches the mount and releases what it held. A handover that starts
+// while it drains cuts it: nothing is unmounted, and it returns
+// ErrHandingOver (the new daemon drains and unmounts when asked again).
 func (n *Node) Unmount(ctx context.Context, target string) error {
 	return n.unmount(ctx, target, true)
 }
@@ -552,17 +579,44 @@ func (n *Node) unmount(ctx context.Context, target string, drain bool) error {
 	n.mu.Lock()
 	if n.handover {
 		n.mu.Unlock()
-		return errHandingOver
+		return ErrHandingOver
 	}
 	m.mu.Lock()
-	again := m.unmounting
-	m.unmounting = true
+	prev := m.unmounting
+	a := &unmountAttempt{done: make(chan struct{})}
+	if prev == nil {
+		m.unmounting = a
+	}
 	m.mu.Unlock()
 	n.mu.Unlock()
-	if again {
-		<-m.done
-		return nil
+	if prev != nil {
+		select {
+		case <-prev.done:
+			return prev.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	detached, err := n.unmountOnce(ctx, m, drain)
+	a.err = err
+	if detached {
+		<-m.done
+		n.log.Info("unmounted", "mountpoint", m.info.Target)
+	} else {
+		// Still mounted: a later Unmount may try again.
+		m.mu.Lock()
+		m.unmounting = nil
+		m.mu.Unlock()
+	}
+	close(a.done)
+	return a.err
+}
+
+// unmountOnce drains m (if asked) and detaches it, unless a handover
+// started meanwhile: then m stays mounted (the new daemon's) and the
+// error is ErrHandingOver. detached reports whether m was detached (a
+// drain error is returned even then).
+func (n *Node) unmountOnce(ctx context.Context, m *mount, drain bool) (detached bool, err error) {
 	var derr error
 	if drain && m.store != nil {
 		n.log.Info("draining", "mountpoint", m.info.Target)
@@ -570,16 +624,26 @@ func (n *Node) unmount(ctx context.Context, target string, drain bool) error {
 			derr = fmt.Errorf("drain %s: %w", m.info.Target, derr)
 		}
 	}
-	if err := m.srv.Unmount(); err != nil {
-		// Still mounted: a later Unmount may try again.
-		m.mu.Lock()
-		m.unmounting = false
-		m.mu.Unlock()
-		return errors.Join(derr, err)
+	// Decided under n.mu, which FreezeForHandover holds to look at
+	// detaching: either the handover takes m (and m is not detached
+	// here) or it is refused because m is being detached.
+	n.mu.Lock()
+	if n.handover {
+		n.mu.Unlock()
+		n.log.Info("unmount cut by a handover; the new daemon unmounts when asked again", "mountpoint", m.info.Target)
+		return false, fmt.Errorf("unmount %s: %w", m.info.Target, ErrHandingOver)
 	}
-	<-m.done
-	n.log.Info("unmounted", "mountpoint", m.info.Target)
-	return derr
+	m.mu.Lock()
+	m.detaching = true
+	m.mu.Unlock()
+	n.mu.Unlock()
+	if err := m.srv.Unmount(); err != nil {
+		m.mu.Lock()
+		m.detaching = false
+		m.mu.Unlock()
+		return false, errors.Join(derr, err)
+	}
+	return true, derr
 }
 
 // List returns the live mounts, by target.

@@ -48,7 +48,9 @@ FUSE connection and what the kernel holds of it (node IDs and lookup
 counts, open handles), each output's tree and the files open for writing,
 and serves the same mounts once the old daemon has exited: open files stay
 open, reads and writes in flight are answered, uploads pending at the
-switch are made by the new daemon. If anything fails before the old daemon
+switch are made by the new daemon. An umount draining at the switch is
+sent again by its client to the new daemon, which drains and unmounts
+(the client waits up to 60 s for it). If anything fails before the old daemon
 lets go, the old daemon goes on serving and the new one exits with the
 reason.
 
@@ -141,6 +143,8 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		return errors.Join(err, closeNode())
 	} else if err != nil {
 		keepServing("the API socket", err)
+	} else if err := api.ClearTakeover(socket); err != nil {
+		a.log.Warn("takeover marker", "err", err)
 	}
 	handedOver := make(chan struct{})
 	hl, err := api.Listen(hsock)
@@ -168,7 +172,18 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		a.log.Error("API server stopped", "err", err)
 	case <-handedOver:
 		// The mounts are the new daemon's: exit without touching them.
+		// The API requests under way were cut (ErrHandingOver): they get
+		// that answer before the exit, so that their clients send them
+		// again to the new daemon, which waits for this exit to listen.
 		if l != nil {
+			// Clients that find nobody listening until the new daemon
+			// does wait for it (the new daemon removes the marker).
+			if err := api.MarkTakeover(socket); err != nil {
+				a.log.Warn("takeover marker", "err", err)
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			srv.Shutdown(sctx)
+			cancel()
 			l.Close()
 		}
 		a.log.Info("handed the mounts over to the new daemon; exiting")

@@ -11,10 +11,17 @@
 //	GET  /v1/mounts                  -> []node.MountInfo
 //	GET  /v1/status                  -> []node.MountStatus
 //
-// An error is a non-2xx status with {"error": "..."}.
+// An error is a non-2xx status with {"error": "..."}. A request refused or
+// cut because the daemon is handing its mounts over to a new daemon
+// (node.ErrHandingOver: nothing was unmounted) is a 503 with
+// {"code": "handing_over"}; the Client sends it again to the new daemon.
 package api
 
 import (
+	"errors"
+	"io/fs"
+	"os"
+
 	"github.com/mlfsd/mlfsd/node"
 )
 
@@ -66,4 +73,29 @@ type UnmountRequest struct {
 // errorBody is the body of every error reply.
 type errorBody struct {
 	Error string `json:"error"`
+	// Code names a condition a client acts on: codeHandingOver.
+	Code string `json:"code,omitempty"`
+}
+
+// codeHandingOver marks an error reply of node.ErrHandingOver.
+const codeHandingOver = "handing_over"
+
+// TakeoverMarker is the file a daemon that handed its mounts over leaves
+// beside its API socket (SOCKET.takeover) until the new daemon listens:
+// a client that finds nobody listening while it is there (and not older
+// than its TakeoverWait) waits for the new daemon instead of failing.
+func TakeoverMarker(socket string) string { return socket + ".takeover" }
+
+// MarkTakeover writes socket's TakeoverMarker (the old daemon, before it
+// stops listening).
+func MarkTakeover(socket string) error {
+	return os.WriteFile(TakeoverMarker(socket), nil, 0o600)
+}
+
+// ClearTakeover removes socket's TakeoverMarker (a daemon once it listens).
+func ClearTakeover(socket string) error {
+	if err := os.Remove(TakeoverMarker(socket)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }

@@ -9,17 +9,58 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/mlfsd/mlfsd/job"
 	"github.com/mlfsd/mlfsd/node"
 )
 
-// Client talks to a node daemon's API socket.
+// Client talks to a node daemon's API socket. A request the daemon
+// refuses or cuts because it is handing its mounts over to a new daemon
+// (a takeover: nothing was unmounted) is sent again, on the same socket,
+// once the new daemon answers there, for up to TakeoverWait; any other
+// error is returned at once.
 type Client struct {
 	socket string
 	http   *http.Client
+	// TakeoverWait bounds the wait for the new daemon after a request was
+	// cut by a takeover (and the caller's context bounds it too).
+	TakeoverWait time.Duration
+
+	mu sync.Mutex
+	// takeoverUntil: a daemon answered handing_over, and until then a
+	// socket nobody listens on is the gap between the old daemon's exit
+	// and the new one's start, waited on by every request of this client
+	// (a job runner drains its outputs one after the other). GUARDED_BY(mu)
+	takeoverUntil time.Time
 }
+
+func (c *Client) sawTakeover() {
+	c.mu.Lock()
+	c.takeoverUntil = time.Now().Add(c.TakeoverWait)
+	c.mu.Unlock()
+}
+
+// markedTakeover reports whether a daemon left the socket's
+// TakeoverMarker within TakeoverWait (one that let go of its mounts and
+// whose successor does not listen yet).
+func (c *Client) markedTakeover() bool {
+	fi, err := os.Stat(TakeoverMarker(c.socket))
+	return err == nil && time.Since(fi.ModTime()) < c.TakeoverWait
+}
+
+func (c *Client) inTakeover() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Before(c.takeoverUntil)
+}
+
+// DefaultTakeoverWait is a Client's TakeoverWait: a takeover pauses the
+// API for well under a second, and 30 s at most before it fails.
+const DefaultTakeoverWait = 60 * time.Second
 
 // NewClient returns a client of the daemon listening on socket.
 func NewClient(socket string) *Client {
@@ -30,18 +71,98 @@ func NewClient(socket string) *Client {
 		},
 		DisableCompression: true,
 	}
-	return &Client{socket: socket, http: &http.Client{Transport: tr}}
+	return &Client{socket: socket, http: &http.Client{Transport: tr}, TakeoverWait: DefaultTakeoverWait}
 }
 
 // Error is an error the daemon answered with.
 type Error struct {
 	Status  int
 	Message string
+	// Code is the reply's code: "handing_over" when the daemon refused
+	// or cut the request for a takeover.
+	Code string
 }
 
 func (e *Error) Error() string { return e.Message }
 
+// handingOver reports whether err is a daemon's refusal for a takeover.
+func handingOver(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == codeHandingOver
+}
+
+// notListeningError is a failure to connect: no daemon listens on the
+// socket (between the old daemon's exit and the new one's start).
+type notListeningError struct{ err error }
+
+func (e *notListeningError) Error() string { return e.err.Error() }
+func (e *notListeningError) Unwrap() error { return e.err }
+
+// do sends a request; one refused or cut by a takeover is sent again, with
+// backoff, until the new daemon answers it, TakeoverWait passes or ctx is
+// done. Only the takeover refusal starts the retries: a request that did
+// not reach a daemon, or failed for any other reason, fails at once. While
+// waiting, and for TakeoverWait after this client last saw a takeover, a
+// socket nobody listens on is waited on too. The requests
+// are safe to send again: a daemon that cut one did nothing of it (an
+// unmount cut while draining left the mount mounted, and the new daemon
+// drains and unmounts it), and a mount of a target that holds the same
+// mount already answers with it.
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	err := c.doOnce(ctx, method, path, in, out)
+	var nl *notListeningError
+	cut := handingOver(err)
+	if !cut {
+		if !errors.As(err, &nl) {
+			return err
+		}
+		if !c.inTakeover() && !c.markedTakeover() {
+			// No daemon, or a new one that listens and cleared the
+			// marker just after this dial: one more try tells.
+			return c.doOnce(ctx, method, path, in, out)
+		}
+		// The old daemon exited after a takeover and the new one does
+		// not listen yet: wait for it.
+		c.sawTakeover()
+	}
+	deadline := time.Now().Add(c.TakeoverWait)
+	backoff := 20 * time.Millisecond
+	for {
+		if handingOver(err) {
+			c.sawTakeover()
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("waiting for the new mlfsd daemon at %s after a takeover: %w (last: %v)", c.socket, ctx.Err(), err)
+		case <-t.C:
+		}
+		err = c.doOnce(ctx, method, path, in, out)
+		if err == nil {
+			return nil
+		}
+		var ae *Error
+		if cut && errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+			// The daemon that took over does not hold the target: this
+			// request did not drain or unmount it. Not wrapped, so that
+			// no caller takes it for an unmount already done.
+			return fmt.Errorf("%s (sent again after a daemon takeover: the daemon that answers now does not hold it, so it was not drained or unmounted by this request)", ae.Message)
+		}
+		if !handingOver(err) && !errors.As(err, &nl) {
+			if !cut {
+				return err
+			}
+			return fmt.Errorf("%w (sent again after a daemon takeover)", err)
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("no new mlfsd daemon answered at %s within %v of a takeover: %w", c.socket, c.TakeoverWait, err)
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func (c *Client) doOnce(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		data, err := json.Marshal(in)
@@ -61,6 +182,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if err != nil {
 		var ne *net.OpError
 		if errors.As(err, &ne) {
+			if ne.Op == "dial" {
+				return fmt.Errorf("mlfsd daemon at %s: %w", c.socket, &notListeningError{ne.Err})
+			}
 			return fmt.Errorf("mlfsd daemon at %s: %w", c.socket, ne.Err)
 		}
 		return fmt.Errorf("mlfsd daemon at %s: %w", c.socket, err)
@@ -75,7 +199,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		if json.Unmarshal(data, &eb) != nil || eb.Error == "" {
 			eb.Error = fmt.Sprintf("mlfsd daemon at %s: HTTP %s", c.socket, resp.Status)
 		}
-		return &Error{Status: resp.StatusCode, Message: eb.Error}
+		return &Error{Status: resp.StatusCode, Message: eb.Error, Code: eb.Code}
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {

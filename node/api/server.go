@@ -145,7 +145,11 @@ func reply(w http.ResponseWriter, code int, v any) {
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code := http.StatusBadRequest
+	body := errorBody{Error: err.Error()}
 	switch {
+	case errors.Is(err, node.ErrHandingOver):
+		code = http.StatusServiceUnavailable
+		body.Code = codeHandingOver
 	case errors.Is(err, node.ErrNotMounted):
 		code = http.StatusNotFound
 	case errors.Is(err, node.ErrTargetBusy):
@@ -156,7 +160,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		code = 499 // the client went away (nginx's convention)
 	}
 	s.log.Warn("api: request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", err)
-	reply(w, code, errorBody{Error: err.Error()})
+	reply(w, code, body)
 }
 
 func decode(r *http.Request, v any) error {
