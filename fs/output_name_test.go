@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestOutputNameTooLong: a name the store cannot hold (NAS: 255 bytes per
@@ -29,5 +31,60 @@ func TestOutputNameTooLong(t *testing.T) {
 		if got, err := os.ReadFile(filepath.Join(back, name)); err != nil || string(got) != "data" {
 			t.Errorf("%s in the store: %q, %v", name[:min(len(name), 10)], got, err)
 		}
+	}
+}
+
+// TestOutputPathMaxBelowRoot: a NAS output resolves every key from a
+// descriptor of its root, so a path of PATH_MAX-1 bytes below the mount
+// (what pjdfstest's */03.t create) is created, uploaded and found in the
+// store, however long the root's own path. A limit that counted the root
+// refused it with ENAMETOOLONG.
+func TestOutputPathMaxBelowRoot(t *testing.T) {
+	back := t.TempDir()
+	b := newNAS(t, back)
+	m := testOutputMount(t, b, t.TempDir(), nil)
+	// Components of 200 bytes and a last one that brings the path to
+	// PATH_MAX-1 bytes, the longest a system call takes.
+	var dirs []string
+	rel := ""
+	for len(rel)+1+200 < unix.PathMax-1-50 {
+		if rel != "" {
+			rel += "/"
+		}
+		rel += strings.Repeat(string(rune('a'+len(dirs)%26)), 200)
+		dirs = append(dirs, rel)
+	}
+	rel += "/" + strings.Repeat("f", unix.PathMax-1-len(rel)-1)
+	if len(rel) != unix.PathMax-1 {
+		t.Fatalf("built a path of %d bytes", len(rel))
+	}
+	mfd, err := unix.Open(m.mnt, unix.O_PATH|unix.O_DIRECTORY, 0)
+	must(t, err)
+	for _, d := range dirs {
+		must(t, unix.Mkdirat(mfd, d, 0o755))
+	}
+	fd, err := unix.Openat(mfd, rel, unix.O_CREAT|unix.O_WRONLY|unix.O_EXCL, 0o642)
+	unix.Close(mfd) // before the unmount, which it would hold up
+	if err != nil {
+		t.Fatalf("create of a %d-byte path: %v", len(rel), err)
+	}
+	if _, err := unix.Write(fd, []byte("data")); err != nil {
+		t.Fatal(err)
+	}
+	must(t, unix.Close(fd))
+	m.close(t) // drains: fails the test if the upload failed
+
+	bfd, err := unix.Open(back, unix.O_PATH|unix.O_DIRECTORY, 0)
+	must(t, err)
+	defer unix.Close(bfd)
+	fd, err = unix.Openat(bfd, rel, unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatalf("the file in the store: %v", err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 16)
+	n, err := unix.Read(fd, buf)
+	if err != nil || string(buf[:n]) != "data" {
+		t.Errorf("the file in the store holds %q, %v", buf[:n], err)
 	}
 }
