@@ -276,6 +276,13 @@ func (d *outDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*
 	}
 	ch := d.GetChild(name)
 	if ch == nil {
+		// A name the store could never hold is ENAMETOOLONG, not ENOENT
+		// (POSIX; pjdfstest */02.t). The backend, not the Store, which
+		// is not open yet while taking over.
+		key := childKey(outKey(&d.Inode), name)
+		if err := backends.CheckName(d.t.b, "lookup", key); err != nil {
+			return nil, ToErrno(d.t.log, "lookup", key, err)
+		}
 		return nil, syscall.ENOENT
 	}
 	if d.t.replaying.Load() {

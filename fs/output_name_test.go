@@ -11,9 +11,11 @@ import (
 )
 
 // TestOutputNameTooLong: a name the store cannot hold (NAS: 255 bytes per
-// component) is refused at create, mkdir, symlink and rename with
-// ENAMETOOLONG, so no file exists that could never be uploaded; the
-// longest allowed name works end to end.
+// component) is refused at create, mkdir, symlink, rename, mknod and
+// mkfifo with ENAMETOOLONG, so no file exists that could never be
+// uploaded, and a lookup of one (stat, unlink) is ENAMETOOLONG, not
+// ENOENT (POSIX; pjdfstest */02.t); the longest allowed name works end to
+// end.
 func TestOutputNameTooLong(t *testing.T) {
 	back := t.TempDir()
 	b := newNAS(t, back)
@@ -23,6 +25,25 @@ func TestOutputNameTooLong(t *testing.T) {
 	wantErrno(t, "create of a 256-byte name", err, syscall.ENAMETOOLONG)
 	wantErrno(t, "mkdir of a 256-byte name", os.Mkdir(filepath.Join(m.mnt, long), 0o755), syscall.ENAMETOOLONG)
 	wantErrno(t, "symlink of a 256-byte name", os.Symlink("x", filepath.Join(m.mnt, long)), syscall.ENAMETOOLONG)
+	_, err = os.Lstat(filepath.Join(m.mnt, long))
+	wantErrno(t, "stat of a 256-byte name", err, syscall.ENAMETOOLONG)
+	wantErrno(t, "unlink of a 256-byte name", unix.Unlink(filepath.Join(m.mnt, long)), syscall.ENAMETOOLONG)
+	wantErrno(t, "mkfifo of a 256-byte name", unix.Mkfifo(filepath.Join(m.mnt, long), 0o644), syscall.ENAMETOOLONG)
+	wantErrno(t, "mknod of a 256-byte name", unix.Mknod(filepath.Join(m.mnt, long), unix.S_IFREG|0o644, 0), syscall.ENAMETOOLONG)
+	// At the limit: a lookup of a missing name is ENOENT, and a FIFO and
+	// a mknod'd file are made, found and removed.
+	_, err = os.Lstat(filepath.Join(m.mnt, ok))
+	wantErrno(t, "stat of a missing 255-byte name", err, syscall.ENOENT)
+	must(t, unix.Mkfifo(filepath.Join(m.mnt, ok), 0o644))
+	if st, err := os.Lstat(filepath.Join(m.mnt, ok)); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("stat of a 255-byte FIFO: %v, %v", st, err)
+	}
+	must(t, unix.Unlink(filepath.Join(m.mnt, ok)))
+	must(t, unix.Mknod(filepath.Join(m.mnt, ok), unix.S_IFREG|0o644, 0))
+	if st, err := os.Lstat(filepath.Join(m.mnt, ok)); err != nil || !st.Mode().IsRegular() {
+		t.Fatalf("stat of a 255-byte mknod'd file: %v, %v", st, err)
+	}
+	must(t, unix.Unlink(filepath.Join(m.mnt, ok)))
 	must(t, os.WriteFile(filepath.Join(m.mnt, "short"), []byte("data"), 0o644))
 	wantErrno(t, "rename to a 256-byte name", os.Rename(filepath.Join(m.mnt, "short"), filepath.Join(m.mnt, long)), syscall.ENAMETOOLONG)
 	must(t, os.WriteFile(filepath.Join(m.mnt, ok), []byte("data"), 0o644))

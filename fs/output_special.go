@@ -56,10 +56,15 @@ func (d *outDir) Mknod(ctx context.Context, name string, mode, rdev uint32, out 
 	if d.GetChild(name) != nil {
 		return nil, syscall.EEXIST
 	}
+	// A FIFO or device is not uploaded, but a name create would refuse
+	// is refused here too, so every node type has the same limits.
+	key := childKey(outKey(&d.Inode), name)
+	if err := d.t.st.CheckName(key); err != nil {
+		return nil, ToErrno(d.t.log, "mknod", key, err)
+	}
 	typ := mode & syscall.S_IFMT
 	switch typ {
 	case syscall.S_IFREG, 0:
-		key := childKey(outKey(&d.Inode), name)
 		h, err := d.t.st.Open(ctx, key, nil, writeback.OpenFlags{Write: true, Truncate: true})
 		if err == nil {
 			err = h.Flush(ctx)
