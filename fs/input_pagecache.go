@@ -1,6 +1,10 @@
 package fs
 
-import "syscall"
+import (
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
 
 // A large file read through the daemon (cached mode, FOPEN_KEEP_CACHE) is
 // held in the page cache of the mount's inode, while its copy in the disk
@@ -54,15 +58,27 @@ func (f *inFile) stayCached(h Handle) bool {
 	for i := int64(1); i < pageCacheSamples-1; i++ {
 		offs = append(offs, (last*i/(pageCacheSamples-1))&^(samplePage-1))
 	}
-	var buf [samplePage]byte
+	// The lookups are asked at once: each is two round trips through
+	// the kernel, and one after the other they made the open of a held
+	// file cost 0.7-2 ms (a sixth of a warm 1 MiB-read pass over 4 x 64
+	// MiB shards on a busy 2-core machine); go-fuse matches each answer to
+	// its request by a unique id, so they may overlap.
+	var held atomic.Int32
+	var wg sync.WaitGroup
 	for _, off := range offs {
-		n, errno := f.ReadCache(off, buf[:min(samplePage, size-off)])
-		if errno != 0 && errno != syscall.ENOENT {
-			f.fsys.log.Debug("page cache lookup failed", "key", f.info.Key, "off", off, "err", errno)
-		}
-		if errno != 0 || n == 0 {
-			return false
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var buf [samplePage]byte
+			n, errno := f.ReadCache(off, buf[:min(samplePage, size-off)])
+			if errno != 0 && errno != syscall.ENOENT {
+				f.fsys.log.Debug("page cache lookup failed", "key", f.info.Key, "off", off, "err", errno)
+			}
+			if errno == 0 && n > 0 {
+				held.Add(1)
+			}
+		}()
 	}
-	return true
+	wg.Wait()
+	return held.Load() == int32(len(offs))
 }

@@ -88,6 +88,74 @@ func TestWarmReopenInSameMount(t *testing.T) {
 	}
 }
 
+// TestWarmReopenAfterPartialEviction: the kernel dropped only the last
+// page of a large file it held (the sampled pages are looked up at once);
+// the next open must not stay in cached mode, whose reads of that page
+// would reach the daemon, but be handed to the kernel.
+func TestWarmReopenAfterPartialEviction(t *testing.T) {
+	src := t.TempDir()
+	data := make([]byte, 10<<20+12345) // past inKernelMax, not page-aligned
+	rand.New(rand.NewSource(4)).Read(data)
+	if err := os.WriteFile(filepath.Join(src, "shard"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.New(cache.Options{Dir: t.TempDir(), MemoryBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	b := newNAS(t, src)
+	v := c.View()
+	ops := &opCounter{n: map[string]int{}}
+	mnt := t.TempDir()
+	srv, err := mfs.MountInput(mnt, b, mfs.InputOptions{Source: v}, mfs.MountOptions{Observe: ops.observe})
+	if err != nil {
+		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	path := filepath.Join(mnt, "shard")
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("cold read: %v (or data differs)", err)
+	}
+	waitComplete(t, c, b, "shard")
+	// The kernel drops only the last page, the RELEASE of the handle
+	// that dropped it arrives (while an open of the file is counted, the
+	// next open is not sampled), and the file is read again.
+	settle := func() {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); ops.get("release") != ops.get("open"); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d OPENs, %d RELEASEs a minute after the last close", ops.get("open"), ops.get("release"))
+			}
+		}
+	}
+	settle()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = unix.Fadvise(int(f.Fd()), int64(len(data)-1)&^4095, 0, unix.FADV_DONTNEED)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle()
+	reads, pt := ops.get("read"), v.Stats().PassthroughBytes
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read after the last page was dropped: %v (or data differs)", err)
+	}
+	if n := ops.get("read"); n != reads {
+		t.Fatalf("%d READs reached the daemon after the last page was dropped, want the open handed to the kernel", n-reads)
+	}
+	if got := v.Stats().PassthroughBytes; got < pt+int64(len(data)) {
+		t.Fatalf("passthrough bytes grew by %d, want the file's %d", got-pt, len(data))
+	}
+}
+
 // reopenByPassthrough drops the mount's page cache of name
 // (POSIX_FADV_DONTNEED, as memory pressure would) and opens it again, each
 // open sending an OPEN, until an open is handed to the kernel: the kernel
