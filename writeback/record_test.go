@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/mlfsd/mlfsd/backends"
 )
 
 // TestRecordKeepsItsBlob: a journal record never names a blob that is
@@ -18,24 +20,7 @@ import (
 func TestRecordKeepsItsBlob(t *testing.T) {
 	nb, dir := newNAS(t)
 	f := newFaulty(nb)
-	var s *Store
-	var problems []string
-	s = openStore(t, f, t.TempDir(), func(o *Options) {
-		o.crashHook = func(p string) {
-			if p != crashCommitted {
-				return
-			}
-			recs, _, err := s.jr.load()
-			if err != nil {
-				problems = append(problems, err.Error())
-			}
-			for _, r := range recs {
-				if _, err := os.Stat(filepath.Join(s.blobDir, r.Blob)); err != nil {
-					problems = append(problems, fmt.Sprintf("record of %q names a missing blob: %v", r.Key, err))
-				}
-			}
-		}
-	})
+	s, problems := openStoreCheckingRecords(t, f)
 	ctx := context.Background()
 	A := randBytes(41, 64<<10)
 	f.hold()
@@ -57,7 +42,7 @@ func TestRecordKeepsItsBlob(t *testing.T) {
 	if blobs, recs := stagingFiles(t, s); blobs != 0 || recs != 0 {
 		t.Fatalf("staging keeps %d blobs and %d records, want none", blobs, recs)
 	}
-	for _, p := range problems {
+	for _, p := range *problems {
 		t.Error(p)
 	}
 }
@@ -69,24 +54,7 @@ func TestRecordKeepsItsBlob(t *testing.T) {
 func TestRecordKeepsItsPreservedBlob(t *testing.T) {
 	nb, dir := newNAS(t)
 	f := newFaulty(nb)
-	var s *Store
-	var problems []string
-	s = openStore(t, f, t.TempDir(), func(o *Options) {
-		o.crashHook = func(p string) {
-			if p != crashCommitted {
-				return
-			}
-			recs, _, err := s.jr.load()
-			if err != nil {
-				problems = append(problems, err.Error())
-			}
-			for _, r := range recs {
-				if _, err := os.Stat(filepath.Join(s.blobDir, r.Blob)); err != nil {
-					problems = append(problems, fmt.Sprintf("record of %q names a missing blob: %v", r.Key, err))
-				}
-			}
-		}
-	})
+	s, problems := openStoreCheckingRecords(t, f)
 	ctx := context.Background()
 	A := randBytes(42, 64<<10)
 	f.hold()
@@ -116,7 +84,34 @@ func TestRecordKeepsItsPreservedBlob(t *testing.T) {
 	if blobs, recs := stagingFiles(t, s); blobs != 0 || recs != 0 {
 		t.Fatalf("staging keeps %d blobs and %d records, want none", blobs, recs)
 	}
-	for _, p := range problems {
+	for _, p := range *problems {
 		t.Error(p)
 	}
+}
+
+// openStoreCheckingRecords opens a Store over b that, each time an upload
+// is committed (before its record is removed), checks that every journal
+// record names a blob still in staging; what it finds wrong is appended
+// to the returned list.
+func openStoreCheckingRecords(t *testing.T, b backends.Backend) (*Store, *[]string) {
+	t.Helper()
+	var s *Store
+	var problems []string
+	s = openStore(t, b, t.TempDir(), func(o *Options) {
+		o.crashHook = func(p string) {
+			if p != crashCommitted {
+				return
+			}
+			recs, _, err := s.jr.load()
+			if err != nil {
+				problems = append(problems, err.Error())
+			}
+			for _, r := range recs {
+				if _, err := os.Stat(filepath.Join(s.blobDir, r.Blob)); err != nil {
+					problems = append(problems, fmt.Sprintf("record of %q names a missing blob: %v", r.Key, err))
+				}
+			}
+		}
+	})
+	return s, &problems
 }
