@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/cache"
 	mfs "github.com/mlfsd/mlfsd/fs"
 )
@@ -32,26 +33,24 @@ func (c *opCounter) get(op string) int {
 	return c.n[op]
 }
 
-// TestWarmReopenNeedsNoOpen: reopening 16 distinct small files the kernel
-// holds whole (not one file read twice) turns the mount to no-open mode
-// (OPEN answered ENOSYS): later opens of
-// any of its files reach the daemon with neither OPEN nor RELEASE, warm
-// reads of it with no READ either, and files opened that way, small or
-// large, read cold or in pieces, still read right.
-func TestWarmReopenNeedsNoOpen(t *testing.T) {
+// cachedMount is an input mount of files written to a fresh NAS
+// directory, read through a fresh cache (64 MiB of memory and a disk
+// tier) and counting the FUSE requests it answers.
+type cachedMount struct {
+	mnt   string
+	c     *cache.Cache
+	b     backends.Backend
+	v     *cache.View // the mount's view of c
+	ops   *opCounter
+	files map[string][]byte
+}
+
+// newCachedMount writes files (name: bytes; a name may hold directories)
+// and mounts them with opt, whose Source it sets.
+func newCachedMount(t *testing.T, files map[string][]byte, opt mfs.InputOptions) *cachedMount {
+	t.Helper()
 	src := t.TempDir()
-	rng := rand.New(rand.NewSource(7))
-	files := map[string][]byte{"img": make([]byte, 96<<10), "other": make([]byte, 80<<10), "shard": make([]byte, 9<<20+123)}
-	small := []string{"img"}
-	for i := 1; i < 16; i++ {
-		// One directory each: four misses in one directory would fetch
-		// the rest ahead, complete on disk, opened with passthrough.
-		name := fmt.Sprintf("d%02d/s%02d", i, i)
-		files[name] = make([]byte, 64<<10+i)
-		small = append(small, name)
-	}
 	for name, data := range files {
-		rng.Read(data)
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, name)), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -64,9 +63,9 @@ func TestWarmReopenNeedsNoOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	ops := &opCounter{n: map[string]int{}}
-	mnt := t.TempDir()
-	srv, err := mfs.MountInput(mnt, newNAS(t, src), mfs.InputOptions{Source: c.View()}, mfs.MountOptions{Observe: ops.observe})
+	m := &cachedMount{mnt: t.TempDir(), c: c, b: newNAS(t, src), v: c.View(), ops: &opCounter{n: map[string]int{}}, files: files}
+	opt.Source = m.v
+	srv, err := mfs.MountInput(m.mnt, m.b, opt, mfs.MountOptions{Observe: m.ops.observe})
 	if err != nil {
 		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
 	}
@@ -75,12 +74,40 @@ func TestWarmReopenNeedsNoOpen(t *testing.T) {
 			t.Errorf("unmount: %v", err)
 		}
 	})
-	check := func(name string) {
-		t.Helper()
-		if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, files[name]) {
-			t.Fatalf("read %s: %v (or data differs)", name, err)
-		}
+	return m
+}
+
+// check reads name whole through the mount and compares it with what was
+// written.
+func (m *cachedMount) check(t *testing.T, name string) {
+	t.Helper()
+	if got, err := os.ReadFile(filepath.Join(m.mnt, name)); err != nil || !bytes.Equal(got, m.files[name]) {
+		t.Fatalf("read %s: %v (or data differs)", name, err)
 	}
+}
+
+// TestWarmReopenNeedsNoOpen: reopening 16 distinct small files the kernel
+// holds whole (not one file read twice) turns the mount to no-open mode
+// (OPEN answered ENOSYS): later opens of
+// any of its files reach the daemon with neither OPEN nor RELEASE, warm
+// reads of it with no READ either, and files opened that way, small or
+// large, read cold or in pieces, still read right.
+func TestWarmReopenNeedsNoOpen(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	files := map[string][]byte{"img": make([]byte, 96<<10), "other": make([]byte, 80<<10), "shard": make([]byte, 9<<20+123)}
+	small := []string{"img"}
+	for i := 1; i < 16; i++ {
+		// One directory each: four misses in one directory would fetch
+		// the rest ahead, complete on disk, opened with passthrough.
+		name := fmt.Sprintf("d%02d/s%02d", i, i)
+		files[name] = make([]byte, 64<<10+i)
+		small = append(small, name)
+	}
+	for _, data := range files {
+		rng.Read(data)
+	}
+	m := newCachedMount(t, files, mfs.InputOptions{})
+	mnt, ops, check := m.mnt, m.ops, func(name string) { t.Helper(); m.check(t, name) }
 	for _, name := range small {
 		check(name) // cold: OPEN, READ, RELEASE
 	}
@@ -141,7 +168,6 @@ func TestWarmReopenNeedsNoOpen(t *testing.T) {
 // large file complete in the cache, whose pages the kernel no longer
 // holds, is opened by passthrough.
 func TestKeepOpensNeverNoOpen(t *testing.T) {
-	src := t.TempDir()
 	rng := rand.New(rand.NewSource(8))
 	files := map[string][]byte{"shard": make([]byte, 9<<20+123)}
 	var small []string
@@ -150,39 +176,12 @@ func TestKeepOpensNeverNoOpen(t *testing.T) {
 		files[name] = make([]byte, 64<<10+i)
 		small = append(small, name)
 	}
-	for name, data := range files {
+	for _, data := range files {
 		rng.Read(data)
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(src, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
-	c, err := cache.New(cache.Options{Dir: t.TempDir(), MemoryBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	b := newNAS(t, src)
-	v := c.View()
-	ops := &opCounter{n: map[string]int{}}
-	mnt := t.TempDir()
-	srv, err := mfs.MountInput(mnt, b, mfs.InputOptions{Source: v, KeepOpens: true}, mfs.MountOptions{Observe: ops.observe})
-	if err != nil {
-		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
-	check := func(name string) {
-		t.Helper()
-		if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, files[name]) {
-			t.Fatalf("read %s: %v (or data differs)", name, err)
-		}
-	}
+	m := newCachedMount(t, files, mfs.InputOptions{KeepOpens: true})
+	c, b, v, mnt, ops := m.c, m.b, m.v, m.mnt, m.ops
+	check := func(name string) { t.Helper(); m.check(t, name) }
 	check("shard")
 	for range 2 {
 		for _, name := range small {

@@ -27,34 +27,13 @@ import (
 // kernel has dropped the file's pages, the next open is handed to the
 // kernel (passthrough), and its reads do not reach the daemon either.
 func TestWarmReopenInSameMount(t *testing.T) {
-	src := t.TempDir()
 	data := make([]byte, 10<<20+12345) // past inKernelMax, not page-aligned
 	rand.New(rand.NewSource(3)).Read(data)
-	if err := os.WriteFile(filepath.Join(src, "shard"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := cache.New(cache.Options{Dir: t.TempDir(), MemoryBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	b := newNAS(t, src)
-	v := c.View()
-	ops := &opCounter{n: map[string]int{}}
-	mnt := t.TempDir()
-	srv, err := mfs.MountInput(mnt, b, mfs.InputOptions{Source: v}, mfs.MountOptions{Observe: ops.observe})
-	if err != nil {
-		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
-	path := filepath.Join(mnt, "shard")
+	m := newCachedMount(t, map[string][]byte{"shard": data}, mfs.InputOptions{})
+	c, b, v, mnt, ops := m.c, m.b, m.v, m.mnt, m.ops
 	read := func(what string) {
 		t.Helper()
-		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
+		if got, err := os.ReadFile(filepath.Join(mnt, "shard")); err != nil || !bytes.Equal(got, data) {
 			t.Fatalf("%s: %v (or data differs)", what, err)
 		}
 	}
@@ -93,30 +72,10 @@ func TestWarmReopenInSameMount(t *testing.T) {
 // the next open must not stay in cached mode, whose reads of that page
 // would reach the daemon, but be handed to the kernel.
 func TestWarmReopenAfterPartialEviction(t *testing.T) {
-	src := t.TempDir()
 	data := make([]byte, 10<<20+12345) // past inKernelMax, not page-aligned
 	rand.New(rand.NewSource(4)).Read(data)
-	if err := os.WriteFile(filepath.Join(src, "shard"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := cache.New(cache.Options{Dir: t.TempDir(), MemoryBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	b := newNAS(t, src)
-	v := c.View()
-	ops := &opCounter{n: map[string]int{}}
-	mnt := t.TempDir()
-	srv, err := mfs.MountInput(mnt, b, mfs.InputOptions{Source: v}, mfs.MountOptions{Observe: ops.observe})
-	if err != nil {
-		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	m := newCachedMount(t, map[string][]byte{"shard": data}, mfs.InputOptions{})
+	c, b, v, mnt, ops := m.c, m.b, m.v, m.mnt, m.ops
 	path := filepath.Join(mnt, "shard")
 	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("cold read: %v (or data differs)", err)
@@ -252,18 +211,9 @@ func TestSliceResultReleasedOnce(t *testing.T) {
 // opens do not ask for passthrough (a backing file per open), and no read
 // reaches the daemon.
 func TestSmallFileInKernelSkipsPassthrough(t *testing.T) {
-	src := t.TempDir()
 	data := bytes.Repeat([]byte("a small image\n"), 7000) // ~96 KiB
-	if err := os.WriteFile(filepath.Join(src, "img"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c, err := cache.New(cache.Options{Dir: t.TempDir(), MemoryBytes: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	v := c.View()
-	mnt := testMount(t, newNAS(t, src), mfs.InputOptions{Source: v})
+	m := newCachedMount(t, map[string][]byte{"img": data}, mfs.InputOptions{})
+	c, v, mnt := m.c, m.v, m.mnt
 	path := filepath.Join(mnt, "img")
 	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("cold read: %v (or data differs)", err)
