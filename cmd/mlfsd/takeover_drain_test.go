@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/node/api"
@@ -194,5 +196,94 @@ command: sh -c 'for i in 0 1 2 3; do yes "line $i" | head -c 1048576 > "$PAI_OUT
 	}
 	if m := mountsUnder(t, tmp); len(m) > 0 {
 		t.Errorf("still mounted after mlfsd run --daemon: %v", m)
+	}
+}
+
+// TestCSIDaemonUnpublishAcrossTakeover: the CSI plugin, whose mounts the
+// node daemon makes, unpublishes an output whose uploads are still queued
+// while a new daemon takes over. The old daemon cuts the drain; the plugin's
+// API client sends the unmount again to the new daemon, which drains and
+// unmounts: NodeUnpublishVolume succeeds, every file is in the store whole,
+// and the target is neither mounted nor left behind.
+func TestCSIDaemonUnpublishAcrossTakeover(t *testing.T) {
+	root := t.TempDir()
+	store := filepath.Join(root, "store")
+	os.MkdirAll(filepath.Join(store, "bkt", "out"), 0o755)
+	// 2 MiB/s a connection, one upload at a time: the drain of 4 files of
+	// 2 MiB takes about 4 s, and the takeover comes during it.
+	_, endpoint := ossemutest.Start(t, store, ossemu.Options{ConnBandwidth: 2 << 20})
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	dir := filepath.Join(root, "daemon")
+	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
+	mountRoot := filepath.Join(root, "pods")
+	os.MkdirAll(mountRoot, 0o755)
+	csiEndpoint, logs := startCSI(t, mountRoot, "--daemon", d.socket, "--oss-endpoint", endpoint)
+	nc, _ := csiClient(t, csiEndpoint)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	target := filepath.Join(mountRoot, "pod", "volumes", "out", "mount")
+	os.MkdirAll(filepath.Dir(target), 0o755)
+	if _, err := nc.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{
+		VolumeId: "out", TargetPath: target,
+		VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER),
+		VolumeContext:    map[string]string{"uri": "oss://bkt/out/", "mode": "output", "upload-concurrency": "1"},
+	}); err != nil {
+		t.Fatalf("publish output: %v\n%s", err, logs)
+	}
+	takeover := forkNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
+	files := map[string][]byte{}
+	for i := range 4 {
+		name := fmt.Sprintf("f%d.bin", i)
+		files[name] = randomBytes(t, 2<<20)
+		if err := os.WriteFile(filepath.Join(target, name), files[name], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	unpublished := make(chan error, 1)
+	go func() {
+		_, err := nc.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "out", TargetPath: target})
+		unpublished <- err
+	}()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.stderr.String(), `"msg":"draining"`); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the unpublish never started draining; daemon:\n%s\nplugin:\n%s", d.stderr, logs)
+		}
+	}
+	d2 := takeover()
+	if err := d.waitExit(t); err != nil {
+		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
+	}
+	if !strings.Contains(d.stderr.String(), "unmount cut by a handover") {
+		t.Fatalf("the drain was not under way at the switch (the test lost its point); old daemon:\n%s", d.stderr)
+	}
+	select {
+	case err := <-unpublished:
+		if err != nil {
+			t.Fatalf("NodeUnpublishVolume across the takeover: %v\nplugin:\n%s\nnew daemon:\n%s", err, logs, d2.stderr)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("NodeUnpublishVolume never returned; plugin:\n%s\nnew daemon:\n%s", logs, d2.stderr)
+	}
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(store, "bkt", "out", name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s in the store after the unpublish: %d bytes of %d, %v", name, len(got), len(want), err)
+		}
+	}
+	if isMounted(t, target) {
+		t.Errorf("%s still mounted after NodeUnpublishVolume succeeded", target)
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Errorf("target %s not removed by the unpublish: %v", target, err)
+	}
+	if !strings.Contains(d2.stderr.String(), `"msg":"unmounted"`) {
+		t.Errorf("the new daemon did not unmount it:\n%s", d2.stderr)
+	}
+	for _, dd := range []*nodeDaemon{d, d2} {
+		if s := dd.stderr.String(); strings.Contains(s, "panic") || strings.Contains(s, `"level":"ERROR"`) {
+			t.Errorf("a daemon logged an error:\n%s", s)
+		}
 	}
 }
