@@ -223,10 +223,11 @@ func (c *Cache) writeFromMemory(e *entry) {
 		e.mu.Lock()
 		_, writing := e.writing[bi]
 		noDisk := e.file == nil && !e.whole
-		skip := e.complete || noDisk || e.present.has(bi) || writing || e.inflight[bi] != nil
+		complete := e.complete
+		skip := complete || noDisk || e.present.has(bi) || writing || e.inflight[bi] != nil
 		e.mu.Unlock()
 		if skip {
-			if e.complete || noDisk {
+			if complete || noDisk {
 				return
 			}
 			continue

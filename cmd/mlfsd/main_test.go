@@ -26,8 +26,24 @@ func TestMain(m *testing.M) {
 	if mnt := os.Getenv("MLFSD_TEST_FOREIGN_FUSE"); mnt != "" {
 		os.Exit(serveForeignFUSE(mnt))
 	}
-	os.Exit(m.Run())
+	// mlfsd subprocesses keep their default disk cache in a dir of this
+	// run (XDG_CACHE_HOME, see mlfsdCmd), not in the user's ~/.cache, where
+	// it grew from run to run and was shared with any other run at once.
+	cacheHome, err := os.MkdirTemp("", "mlfsd-test-cache-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv(testCacheHomeEnv, cacheHome)
+	code := m.Run()
+	os.RemoveAll(cacheHome)
+	os.Exit(code)
 }
+
+// testCacheHomeEnv names the variable that passes the run's cache home
+// from TestMain to mlfsdCmd.
+const testCacheHomeEnv = "MLFSD_TEST_CACHE_HOME"
+
 
 // mlfsdCmd returns a command running mlfsd with args in a subprocess.
 func mlfsdCmd(t testing.TB, args ...string) *exec.Cmd {
@@ -38,6 +54,9 @@ func mlfsdCmd(t testing.TB, args ...string) *exec.Cmd {
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), "MLFSD_TEST_MAIN=1")
+	if d := os.Getenv(testCacheHomeEnv); d != "" {
+		cmd.Env = append(cmd.Env, "XDG_CACHE_HOME="+d)
+	}
 	return cmd
 }
 
