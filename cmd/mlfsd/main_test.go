@@ -44,7 +44,6 @@ func TestMain(m *testing.M) {
 // from TestMain to mlfsdCmd.
 const testCacheHomeEnv = "MLFSD_TEST_CACHE_HOME"
 
-
 // mlfsdCmd returns a command running mlfsd with args in a subprocess.
 func mlfsdCmd(t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()
