@@ -169,9 +169,25 @@ func TestDaemonTakeoverOutputs(t *testing.T) {
 		t.Fatalf("listing: %d entries, %v", len(ents), err)
 	}
 	manyIno := map[string]uint64{}
+	// An O_PATH descriptor holds a node in the kernel (no OPEN is sent):
+	// memory pressure, or another test's drop_caches, must not make the
+	// kernel forget one before the switch (f08 was renumbered once, with
+	// another run of these tests alongside). Closed before the FORGETs
+	// below.
+	var held []int
+	defer func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	}()
 	for i := range 50 {
 		p := filepath.Join(in, "many", fmt.Sprintf("f%02d", i))
 		manyIno[p] = ino(t, p, nil)
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatalf("open %s O_PATH: %v", p, err)
+		}
+		held = append(held, fd)
 	}
 	takeover := forkNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
 	r, err := os.Open(filepath.Join(in, "big.bin"))
@@ -256,6 +272,10 @@ func TestDaemonTakeoverOutputs(t *testing.T) {
 	// The kernel forgets what it does not hold; what it holds stays. An
 	// input tree numbers a path anew once the kernel forgot it, so a new
 	// number shows the FORGET reached the tree (it is not pinned).
+	for _, fd := range held {
+		unix.Close(fd)
+	}
+	held = nil
 	dropCaches(t)
 	renumbered := 0
 	for i := range 50 {
