@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // fuseOpens is how many OPEN requests the mount at target answered, from
@@ -84,6 +86,11 @@ func TestMountOptionInputNoOpen(t *testing.T) {
 		if _, err := n.Mount(ctx, MountRequest{URI: "nas://" + source() + "/", Target: mnt, ReadOnly: true, Options: c.opts}); err != nil {
 			t.Fatal(err)
 		}
+		// O_PATH descriptors hold the files' nodes in the kernel (no OPEN
+		// is sent): another test's drop_caches running alongside must not
+		// make the kernel forget a file between epochs, which would start
+		// its count towards no-open mode again.
+		held := holdNodes(t, mnt, append([]string{"big"}, small...))
 		if got := readFile(t, filepath.Join(mnt, "big")); !bytes.Equal(got, big) {
 			t.Fatal("big: wrong bytes")
 		}
@@ -119,8 +126,32 @@ func TestMountOptionInputNoOpen(t *testing.T) {
 				t.Errorf("options %v: big never opened by passthrough", c.opts)
 			}
 		}
+		held()
 		if err := n.Unmount(ctx, mnt); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// holdNodes opens each of names under dir with O_PATH, which keeps its node
+// in the kernel without a FUSE OPEN, and returns a func that closes them
+// (before an unmount: a held node keeps the mount busy).
+func holdNodes(t *testing.T, dir string, names []string) (release func()) {
+	t.Helper()
+	var fds []int
+	release = func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		fds = nil
+	}
+	t.Cleanup(release)
+	for _, name := range names {
+		fd, err := unix.Open(filepath.Join(dir, name), unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatalf("open %s O_PATH: %v", name, err)
+		}
+		fds = append(fds, fd)
+	}
+	return release
 }
