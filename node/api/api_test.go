@@ -18,6 +18,15 @@ import (
 // startServer serves a fresh node's API on a socket in a temp dir.
 func startServer(t *testing.T) (*Client, string) {
 	t.Helper()
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	serveNode(t, testNode(t), sock)
+	return NewClient(sock), sock
+}
+
+// testNode is a fresh node with no disk cache and its staging in a temp
+// dir.
+func testNode(t *testing.T) *node.Node {
+	t.Helper()
 	s := node.Defaults()
 	s.Cache.Dir = ""
 	s.Output.StagingDir = t.TempDir()
@@ -25,7 +34,12 @@ func startServer(t *testing.T) (*Client, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(t.TempDir(), "api.sock")
+	return n
+}
+
+// serveNode serves n's API on sock until the test ends, then closes n.
+func serveNode(t *testing.T, n *node.Node, sock string) {
+	t.Helper()
 	l, err := Listen(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +54,6 @@ func startServer(t *testing.T) (*Client, string) {
 		}
 		n.Close(context.Background())
 	})
-	return NewClient(sock), sock
 }
 
 func TestListenRefusesALiveSocket(t *testing.T) {

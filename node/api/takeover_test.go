@@ -20,13 +20,7 @@ import (
 // counting the requests it answers. stop stops it (the socket goes away).
 func frozenServer(t *testing.T, sock string, setup ...func(*node.Node)) (requests *atomic.Int64, stop func()) {
 	t.Helper()
-	s := node.Defaults()
-	s.Cache.Dir = ""
-	s.Output.StagingDir = t.TempDir()
-	n, err := node.New(t.Context(), node.Options{Settings: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := testNode(t)
 	for _, f := range setup {
 		f(n)
 	}
@@ -94,7 +88,7 @@ func TestClientRetriesAcrossTakeover(t *testing.T) {
 		runtime.Gosched()
 	}
 	stopOld()
-	startNew(t, sock)
+	serveNode(t, testNode(t), sock) // a new daemon
 	r := <-res
 	if r.err != nil {
 		t.Fatalf("Mount across the takeover: %v", r.err)
@@ -106,30 +100,6 @@ func TestClientRetriesAcrossTakeover(t *testing.T) {
 	if err := c.Unmount(t.Context(), mnt); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// startNew serves a fresh node's API on sock (a new daemon).
-func startNew(t *testing.T, sock string) {
-	t.Helper()
-	s := node.Defaults()
-	s.Cache.Dir = ""
-	s.Output.StagingDir = t.TempDir()
-	n, err := node.New(t.Context(), node.Options{Settings: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(n, slog.New(slog.DiscardHandler))
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
-	t.Cleanup(func() {
-		srv.Shutdown(context.Background())
-		<-done
-		n.Close(context.Background())
-	})
 }
 
 // TestClientRetriedUnmountNotHeldFails: an unmount cut by a takeover and
@@ -150,7 +120,8 @@ func TestClientRetriedUnmountNotHeldFails(t *testing.T) {
 		runtime.Gosched()
 	}
 	stopOld() // unmounts it: the new daemon will not hold it
-	startNew(t, sock)
+	// A new daemon:
+	serveNode(t, testNode(t), sock)
 	err := <-res
 	var ae *Error
 	if err == nil || errors.As(err, &ae) || !strings.Contains(err.Error(), "not drained or unmounted by this request") {
@@ -225,7 +196,7 @@ func TestClientWaitsWhileTakeoverMarked(t *testing.T) {
 		_, err := NewClient(sock).List(t.Context())
 		res <- err
 	}()
-	startNew(t, sock)
+	serveNode(t, testNode(t), sock) // a new daemon
 	if err := ClearTakeover(sock); err != nil {
 		t.Fatal(err)
 	}
