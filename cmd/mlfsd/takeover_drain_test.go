@@ -38,14 +38,7 @@ func TestDaemonTakeoverDuringUmountDrain(t *testing.T) {
 		t.Fatalf("mount output: %s", errOut)
 	}
 	takeover := forkNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
-	files := map[string][]byte{}
-	for i := range 4 {
-		name := fmt.Sprintf("f%d.bin", i)
-		files[name] = randomBytes(t, 2<<20)
-		if err := os.WriteFile(filepath.Join(out, name), files[name], 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	files := writeDrainFiles(t, out)
 
 	umount := mlfsdCmd(t, "umount", "--daemon", d.socket, out)
 	ossEnv(umount)
@@ -60,21 +53,9 @@ func TestDaemonTakeoverDuringUmountDrain(t *testing.T) {
 		umount.Process.Kill()
 		<-umounted
 	})
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.stderr.String(), `"msg":"draining"`); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the umount never started draining; daemon:\n%s", d.stderr)
-		}
-	}
-
-	d2 := takeover()
-	if err := d.waitExit(t); err != nil {
-		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
-	}
+	d2 := takeoverDuringDrain(t, d, takeover)
 	if _, err := os.Stat(api.TakeoverMarker(d.socket)); !os.IsNotExist(err) {
 		t.Errorf("the takeover marker is still there once the new daemon listens: %v", err)
-	}
-	if !strings.Contains(d.stderr.String(), "unmount cut by a handover") {
-		t.Fatalf("the drain was not under way at the switch (the test lost its point); old daemon:\n%s", d.stderr)
 	}
 	select {
 	case err := <-umounted:
@@ -86,20 +67,64 @@ func TestDaemonTakeoverDuringUmountDrain(t *testing.T) {
 		t.Fatalf("mlfsd umount never returned; stderr:\n%s\nnew daemon:\n%s", &uerr, d2.stderr)
 	}
 	// Exited 0: drained and unmounted by the new daemon. Nothing waits.
-	for name, want := range files {
-		got, err := os.ReadFile(filepath.Join(root, "bkt", "out", name))
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s in the store after the umount: %d bytes of %d, %v", name, len(got), len(want), err)
+	checkDrainedByNewDaemon(t, filepath.Join(root, "bkt", "out"), files, out, d, d2)
+	if code, stdout, _ := d2.client(t, "status", "--daemon", d2.socket); code != 0 || strings.Contains(stdout, out) {
+		t.Errorf("the new daemon still lists %s (exit %d):\n%s", out, code, stdout)
+	}
+}
+
+// writeDrainFiles writes 4 files of 2 MiB into dir, an output mount, and
+// returns their contents by name.
+func writeDrainFiles(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	for i := range 4 {
+		name := fmt.Sprintf("f%d.bin", i)
+		files[name] = randomBytes(t, 2<<20)
+		if err := os.WriteFile(filepath.Join(dir, name), files[name], 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if isMounted(t, out) {
-		t.Errorf("%s still mounted after the umount exited 0", out)
+	return files
+}
+
+// takeoverDuringDrain waits until daemon d drains an unmount, then starts
+// the new daemon (takeover), waits for d to exit, checks that the switch
+// cut the drain, and returns the new daemon.
+func takeoverDuringDrain(t *testing.T, d *nodeDaemon, takeover func() *nodeDaemon) *nodeDaemon {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.stderr.String(), `"msg":"draining"`); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the unmount never started draining; daemon:\n%s", d.stderr)
+		}
+	}
+	d2 := takeover()
+	if err := d.waitExit(t); err != nil {
+		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
+	}
+	if !strings.Contains(d.stderr.String(), "unmount cut by a handover") {
+		t.Fatalf("the drain was not under way at the switch (the test lost its point); old daemon:\n%s", d.stderr)
+	}
+	return d2
+}
+
+// checkDrainedByNewDaemon checks, once an unmount across a takeover
+// returned success, that every file is whole in store (the directory of
+// the output's prefix), that target is no longer mounted and the new
+// daemon d2 unmounted it, and that neither daemon logged an error.
+func checkDrainedByNewDaemon(t *testing.T, store string, files map[string][]byte, target string, d, d2 *nodeDaemon) {
+	t.Helper()
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(store, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s in the store after the unmount: %d bytes of %d, %v", name, len(got), len(want), err)
+		}
+	}
+	if isMounted(t, target) {
+		t.Errorf("%s still mounted after the unmount succeeded", target)
 	}
 	if !strings.Contains(d2.stderr.String(), `"msg":"unmounted"`) {
 		t.Errorf("the new daemon did not unmount it:\n%s", d2.stderr)
-	}
-	if code, stdout, _ := d2.client(t, "status", "--daemon", d2.socket); code != 0 || strings.Contains(stdout, out) {
-		t.Errorf("the new daemon still lists %s (exit %d):\n%s", out, code, stdout)
 	}
 	for _, dd := range []*nodeDaemon{d, d2} {
 		if s := dd.stderr.String(); strings.Contains(s, "panic") || strings.Contains(s, `"level":"ERROR"`) {
@@ -232,32 +257,14 @@ func TestCSIDaemonUnpublishAcrossTakeover(t *testing.T) {
 		t.Fatalf("publish output: %v\n%s", err, logs)
 	}
 	takeover := forkNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
-	files := map[string][]byte{}
-	for i := range 4 {
-		name := fmt.Sprintf("f%d.bin", i)
-		files[name] = randomBytes(t, 2<<20)
-		if err := os.WriteFile(filepath.Join(target, name), files[name], 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	files := writeDrainFiles(t, target)
 
 	unpublished := make(chan error, 1)
 	go func() {
 		_, err := nc.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: "out", TargetPath: target})
 		unpublished <- err
 	}()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.stderr.String(), `"msg":"draining"`); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the unpublish never started draining; daemon:\n%s\nplugin:\n%s", d.stderr, logs)
-		}
-	}
-	d2 := takeover()
-	if err := d.waitExit(t); err != nil {
-		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
-	}
-	if !strings.Contains(d.stderr.String(), "unmount cut by a handover") {
-		t.Fatalf("the drain was not under way at the switch (the test lost its point); old daemon:\n%s", d.stderr)
-	}
+	d2 := takeoverDuringDrain(t, d, takeover)
 	select {
 	case err := <-unpublished:
 		if err != nil {
@@ -266,24 +273,8 @@ func TestCSIDaemonUnpublishAcrossTakeover(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("NodeUnpublishVolume never returned; plugin:\n%s\nnew daemon:\n%s", logs, d2.stderr)
 	}
-	for name, want := range files {
-		got, err := os.ReadFile(filepath.Join(store, "bkt", "out", name))
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s in the store after the unpublish: %d bytes of %d, %v", name, len(got), len(want), err)
-		}
-	}
-	if isMounted(t, target) {
-		t.Errorf("%s still mounted after NodeUnpublishVolume succeeded", target)
-	}
+	checkDrainedByNewDaemon(t, filepath.Join(store, "bkt", "out"), files, target, d, d2)
 	if _, err := os.Stat(target); !os.IsNotExist(err) {
 		t.Errorf("target %s not removed by the unpublish: %v", target, err)
-	}
-	if !strings.Contains(d2.stderr.String(), `"msg":"unmounted"`) {
-		t.Errorf("the new daemon did not unmount it:\n%s", d2.stderr)
-	}
-	for _, dd := range []*nodeDaemon{d, d2} {
-		if s := dd.stderr.String(); strings.Contains(s, "panic") || strings.Contains(s, `"level":"ERROR"`) {
-			t.Errorf("a daemon logged an error:\n%s", s)
-		}
 	}
 }
