@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/cache"
 	mfs "github.com/mlfsd/mlfsd/fs"
+	"github.com/mlfsd/mlfsd/fs/fstest"
 )
 
 // opCounter counts the FUSE requests a mount answers, by operation.
@@ -76,24 +75,15 @@ func newCachedMount(t *testing.T, files map[string][]byte, opt mfs.InputOptions)
 			t.Errorf("unmount: %v", err)
 		}
 	})
-	// An O_PATH descriptor of each file holds its node in the kernel (no
-	// OPEN is sent), so another test's drop_caches (cmd/mlfsd's takeover
-	// test runs alongside in `go test ./...`) cannot evict a file and its
-	// page cache from under a test that counts the READs of warm reads.
-	// Closed before the unmount (cleanups run last first).
-	var held []int
-	t.Cleanup(func() {
-		for _, fd := range held {
-			unix.Close(fd)
-		}
-	})
+	// Another test's drop_caches (cmd/mlfsd's takeover test runs alongside
+	// in `go test ./...`) must not evict a file and its page cache from
+	// under a test that counts the READs of warm reads. Released before the
+	// unmount (cleanups run last first).
+	names := make([]string, 0, len(files))
 	for name := range files {
-		fd, err := unix.Open(filepath.Join(m.mnt, name), unix.O_PATH|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatalf("open %s O_PATH: %v", name, err)
-		}
-		held = append(held, fd)
+		names = append(names, name)
 	}
+	fstest.HoldNodes(t, m.mnt, names)
 	return m
 }
 

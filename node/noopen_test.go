@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/mlfsd/mlfsd/fs/fstest"
 )
 
 // fuseOpens is how many OPEN requests the mount at target answered, from
@@ -90,7 +90,7 @@ func TestMountOptionInputNoOpen(t *testing.T) {
 		// is sent): another test's drop_caches running alongside must not
 		// make the kernel forget a file between epochs, which would start
 		// its count towards no-open mode again.
-		held := holdNodes(t, mnt, append([]string{"big"}, small...))
+		held := fstest.HoldNodes(t, mnt, append([]string{"big"}, small...))
 		if got := readFile(t, filepath.Join(mnt, "big")); !bytes.Equal(got, big) {
 			t.Fatal("big: wrong bytes")
 		}
@@ -131,27 +131,4 @@ func TestMountOptionInputNoOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// holdNodes opens each of names under dir with O_PATH, which keeps its node
-// in the kernel without a FUSE OPEN, and returns a func that closes them
-// (before an unmount: a held node keeps the mount busy).
-func holdNodes(t *testing.T, dir string, names []string) (release func()) {
-	t.Helper()
-	var fds []int
-	release = func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		fds = nil
-	}
-	t.Cleanup(release)
-	for _, name := range names {
-		fd, err := unix.Open(filepath.Join(dir, name), unix.O_PATH|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatalf("open %s O_PATH: %v", name, err)
-		}
-		fds = append(fds, fd)
-	}
-	return release
 }

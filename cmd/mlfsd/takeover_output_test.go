@@ -20,6 +20,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/fs/fstest"
 	"github.com/mlfsd/mlfsd/handover"
 )
 
@@ -174,20 +175,14 @@ func TestDaemonTakeoverOutputs(t *testing.T) {
 	// kernel forget one before the switch (f08 was renumbered once, with
 	// another run of these tests alongside). Closed before the FORGETs
 	// below.
-	var held []int
-	defer func() {
-		for _, fd := range held {
-			unix.Close(fd)
-		}
-	}()
+	var many []string
 	for i := range 50 {
-		p := filepath.Join(in, "many", fmt.Sprintf("f%02d", i))
+		many = append(many, fmt.Sprintf("f%02d", i))
+	}
+	release := fstest.HoldNodes(t, filepath.Join(in, "many"), many)
+	for _, name := range many {
+		p := filepath.Join(in, "many", name)
 		manyIno[p] = ino(t, p, nil)
-		fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatalf("open %s O_PATH: %v", p, err)
-		}
-		held = append(held, fd)
 	}
 	takeover := forkNodeDaemon(t, dir, "--oss-endpoint", endpoint, "--takeover")
 	r, err := os.Open(filepath.Join(in, "big.bin"))
@@ -272,10 +267,7 @@ func TestDaemonTakeoverOutputs(t *testing.T) {
 	// The kernel forgets what it does not hold; what it holds stays. An
 	// input tree numbers a path anew once the kernel forgot it, so a new
 	// number shows the FORGET reached the tree (it is not pinned).
-	for _, fd := range held {
-		unix.Close(fd)
-	}
-	held = nil
+	release()
 	dropCaches(t)
 	renumbered := 0
 	for i := range 50 {
