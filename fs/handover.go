@@ -769,7 +769,7 @@ type Adoption struct {
 // adopt sets up a server for root on the connection fd with the handed
 // over snapshot; nothing is written to fd.
 func adopt(fd int, mountpoint string, snap *Snapshot, root gofs.InodeEmbedder, inos *inoAlloc, opt MountOptions) (*Adoption, error) {
-	mo, hfs := newRawFS(root, opt)
+	mo, hfs, intr := newRawFS(root, opt)
 	maxID := snap.NextIno
 	inos.replay = map[string]uint64{}
 	for _, n := range snap.Nodes {
@@ -781,6 +781,7 @@ func adopt(fd int, mountpoint string, snap *Snapshot, root gofs.InodeEmbedder, i
 	if err != nil {
 		return nil, fmt.Errorf("%s: starting a server on the handed-over connection: %w", mountpoint, err)
 	}
+	intr.setConn(sock) // /dev/fuse from the switch on (Adoption.Serve)
 	a := &Adoption{mountpoint: mountpoint, fd: fd, sock: sock, srv: srv, hfs: hfs, root: root.EmbeddedInode(),
 		inos: inos, mo: mo, snap: snap, opt: opt}
 	if !bytes.Equal(reply, snap.InitReply) {
@@ -958,6 +959,9 @@ func directMount(mountpoint string, mo *fuse.MountOptions) (int, error) {
 // program's netpoller calling into its own mount later.
 func pollHack(mountpoint string) error {
 	fd, err := unix.Open(path.Join(mountpoint, ".go-fuse-epoll-hack"), unix.O_RDONLY, 0)
+	for err == unix.EINTR { // as os.Open does
+		fd, err = unix.Open(path.Join(mountpoint, ".go-fuse-epoll-hack"), unix.O_RDONLY, 0)
+	}
 	if err != nil {
 		return err
 	}

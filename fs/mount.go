@@ -189,8 +189,9 @@ func fuseOptions(opt MountOptions) fuse.MountOptions {
 }
 
 // newRawFS is the request path of a mount: go-fuse's bridge over root,
-// the request observer, and the handover gate outermost.
-func newRawFS(root gofs.InodeEmbedder, opt MountOptions) (fuse.MountOptions, *handoverFS) {
+// the interrupt filter and request observer, and the handover gate
+// outermost. The filter is to be told the fd the server reads.
+func newRawFS(root gofs.InodeEmbedder, opt MountOptions) (fuse.MountOptions, *handoverFS, *interrupts) {
 	mo := fuseOptions(opt)
 	entry, attr, neg := opt.EntryTimeout, opt.AttrTimeout, opt.NegativeTimeout
 	rawFS := gofs.NewNodeFS(root, &gofs.Options{
@@ -205,10 +206,9 @@ func newRawFS(root gofs.InodeEmbedder, opt MountOptions) (fuse.MountOptions, *ha
 		// that another process can give the same IDs (handover.go).
 		ExternalNodeID: true,
 	})
-	if opt.Observe != nil {
-		rawFS = &observedFS{RawFileSystem: rawFS, obs: opt.Observe}
-	}
-	return mo, newHandoverFS(rawFS)
+	intr := newInterrupts()
+	rawFS = &requestFS{RawFileSystem: rawFS, obs: opt.Observe, intr: intr}
+	return mo, newHandoverFS(rawFS), intr
 }
 
 func mountTree(mountpoint string, root gofs.InodeEmbedder, inos *inoAlloc, opt MountOptions) (*Server, error) {
@@ -216,7 +216,7 @@ func mountTree(mountpoint string, root gofs.InodeEmbedder, inos *inoAlloc, opt M
 		return nil, err
 	}
 	log := logOrDiscard(opt.Log)
-	mo, hfs := newRawFS(root, opt)
+	mo, hfs, intr := newRawFS(root, opt)
 	// Mount ourselves to keep the /dev/fuse fd (a handover passes it on),
 	// and give it to go-fuse as its magic /dev/fd/N mountpoint; where we
 	// may not mount (not root), go-fuse goes through fusermount.
@@ -227,6 +227,7 @@ func mountTree(mountpoint string, root gofs.InodeEmbedder, inos *inoAlloc, opt M
 		fd = -1
 		server, err = fuse.NewServer(hfs, mountpoint, &mo)
 	} else {
+		intr.setConn(fd)
 		mo2 := mo
 		mo2.DirectMount = false
 		server, err = fuse.NewServer(hfs, fmt.Sprintf("/dev/fd/%d", fd), &mo2)

@@ -46,6 +46,12 @@ var ioModes = []struct {
 
 func testOutputMountMode(t *testing.T, b backends.Backend, staging string, tweak func(*writeback.Options), noPassthrough bool) *outMount {
 	t.Helper()
+	return testOutputMountWith(t, b, staging, tweak, noPassthrough, mfs.MountOptions{})
+}
+
+// testOutputMountWith is testOutputMountMode with the mount's options.
+func testOutputMountWith(t *testing.T, b backends.Backend, staging string, tweak func(*writeback.Options), noPassthrough bool, mo mfs.MountOptions) *outMount {
+	t.Helper()
 	opt := writeback.Options{StagingDir: staging, Registry: prometheus.NewRegistry(), Log: slog.Default(),
 		MinBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}
 	if tweak != nil {
@@ -56,7 +62,7 @@ func testOutputMountMode(t *testing.T, b backends.Backend, staging string, tweak
 		t.Fatal(err)
 	}
 	mnt := t.TempDir()
-	srv, err := mfs.MountOutput(context.Background(), mnt, mfs.OutputOptions{Store: st, FsyncDurable: true, NoPassthrough: noPassthrough, Log: slog.Default()}, mfs.MountOptions{})
+	srv, err := mfs.MountOutput(context.Background(), mnt, mfs.OutputOptions{Store: st, FsyncDurable: true, NoPassthrough: noPassthrough, Log: slog.Default()}, mo)
 	if err != nil {
 		st.Close()
 		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)

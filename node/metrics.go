@@ -77,8 +77,9 @@ func (m *mountMetrics) readBytes(n int) {
 
 // fuseOps are the operations fs.Observer reports; their instruments are
 // looked up once, not per request.
-var fuseOps = []string{"lookup", "getattr", "setattr", "mkdir", "unlink", "rmdir", "rename", "create", "open",
-	"read", "write", "release", "flush", "fsync", "opendir", "readdir", "readdirplus", "statfs"}
+var fuseOps = []string{"lookup", "getattr", "setattr", "mknod", "mkdir", "unlink", "rmdir", "rename", "link",
+	"symlink", "readlink", "create", "open", "read", "write", "release", "flush", "fsync", "opendir", "readdir",
+	"readdirplus", "statfs"}
 
 type fuseInstruments struct {
 	count   prometheus.Counter

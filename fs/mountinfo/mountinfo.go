@@ -16,6 +16,9 @@ type Mount struct {
 	// Point is where it is mounted, FSType its type ("fuse.mlfsd") and
 	// Source what it mounts (for mlfsd, the channel URI).
 	Point, FSType, Source string
+	// Dev is the mount's device, "major:minor"; for FUSE the minor
+	// names the connection in /sys/fs/fuse/connections.
+	Dev string
 }
 
 // Lookup returns the mount at exactly path (made absolute), the last one in
@@ -54,7 +57,7 @@ func parse(line string) (Mount, bool) {
 	if !ok || len(f) < 5 || len(g) < 2 {
 		return Mount{}, false
 	}
-	return Mount{Point: unescape(f[4]), FSType: g[0], Source: unescape(g[1])}, true
+	return Mount{Point: unescape(f[4]), FSType: g[0], Source: unescape(g[1]), Dev: f[2]}, true
 }
 
 // unescape undoes the octal escapes of the table (\040 for a space).

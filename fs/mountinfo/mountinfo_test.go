@@ -9,12 +9,12 @@ func TestParse(t *testing.T) {
 		ok   bool
 	}{
 		{`36 35 98:0 /mnt1 /mnt/parent\040dir rw,noatime master:1 - ext3 /dev/root rw,errors=continue`,
-			Mount{Point: "/mnt/parent dir", FSType: "ext3", Source: "/dev/root"}, true},
+			Mount{Point: "/mnt/parent dir", FSType: "ext3", Source: "/dev/root", Dev: "98:0"}, true},
 		{`812 30 0:72 / /tmp/m rw,nosuid,nodev,relatime shared:400 - fuse.mlfsd oss://bkt/data/ rw,user_id=0`,
-			Mount{Point: "/tmp/m", FSType: "fuse.mlfsd", Source: "oss://bkt/data/"}, true},
+			Mount{Point: "/tmp/m", FSType: "fuse.mlfsd", Source: "oss://bkt/data/", Dev: "0:72"}, true},
 		{`812 30 0:72 / /tmp/m rw`, Mount{}, false},
 		{`garbage`, Mount{}, false},
-		{`1 2 3:4 / /a\134b rw - tmpfs tmpfs rw`, Mount{Point: `/a\b`, FSType: "tmpfs", Source: "tmpfs"}, true},
+		{`1 2 3:4 / /a\134b rw - tmpfs tmpfs rw`, Mount{Point: `/a\b`, FSType: "tmpfs", Source: "tmpfs", Dev: "3:4"}, true},
 	} {
 		got, ok := parse(c.line)
 		if ok != c.ok || got != c.want {
