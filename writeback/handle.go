@@ -539,12 +539,7 @@ func (s *Store) recordOf(e *entry, v *version) record {
 // waitDurable blocks until generation gen of e is durable, has failed, or
 // e was removed.
 func (s *Store) waitDurable(ctx context.Context, e *entry, gen uint64) error {
-	stop := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.cond.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stop()
+	defer s.wakeOnDone(ctx)()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {

@@ -87,12 +87,7 @@ func (s *Store) Handover() HandoverState {
 // are journaled and queued as usual. Resume undoes it; Stop ends the
 // Store.
 func (s *Store) Pause(ctx context.Context) {
-	stop := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.cond.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stop()
+	defer s.wakeOnDone(ctx)()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopping = true

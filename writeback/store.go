@@ -344,6 +344,16 @@ func (s *Store) Pending() int {
 	return int(s.pending.files)
 }
 
+// wakeOnDone wakes the Store's waiters when ctx ends, so that a wait on
+// s.cond sees ctx.Err(); the returned func stops it.
+func (s *Store) wakeOnDone(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.cond.Broadcast()
+		s.mu.Unlock()
+	})
+}
+
 // WaitUnstaged blocks until the Store holds no staged data of key: its
 // last closed version is durable in the backend and no descriptor is open
 // on it (the staged copy is freed at the last release, which the kernel
@@ -352,12 +362,7 @@ func (s *Store) Pending() int {
 // fails when ctx ends or the Store closes. Tests use it to reach the state
 // of a file written long ago, without waiting on a clock.
 func (s *Store) WaitUnstaged(ctx context.Context, key string) error {
-	stop := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.cond.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stop()
+	defer s.wakeOnDone(ctx)()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
