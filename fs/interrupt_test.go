@@ -101,6 +101,19 @@ func waitEntered(t *testing.T, h *heldList) {
 	}
 }
 
+// waitCanceled waits for the held listing to end by its context.
+func waitCanceled(t *testing.T, h *heldList, never string) {
+	t.Helper()
+	select {
+	case err := <-h.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the listing ended with %v, want its context canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(never)
+	}
+}
+
 // TestSignalledCallerIsNotInterrupted: signals that do not kill the caller
 // (Go's SIGURG preemption, a handled SIGUSR1) reach a thread blocked in a
 // lookup that waits on the store. The kernel sends an INTERRUPT for each;
@@ -193,14 +206,7 @@ func TestKilledCallerCancels(t *testing.T) {
 			if err := cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case err := <-h.ended:
-				if !errors.Is(err, context.Canceled) {
-					t.Fatalf("the listing ended with %v, want its context canceled", err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the killed caller's listing was never canceled")
-			}
+			waitCanceled(t, h, "the killed caller's listing was never canceled")
 			cmd.Wait()
 			t.Logf("canceled %v after the kill", time.Since(start).Round(time.Millisecond))
 		})
@@ -239,12 +245,5 @@ func TestAbortedConnectionCancels(t *testing.T) {
 	if err := <-errs; !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) {
 		t.Errorf("stat on the aborted connection: %v, want ENOTCONN", err)
 	}
-	select {
-	case err := <-h.ended:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("the listing ended with %v, want its context canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the listing outlived its connection")
-	}
+	waitCanceled(t, h, "the listing outlived its connection")
 }
