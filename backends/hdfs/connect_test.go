@@ -3,70 +3,19 @@ package hdfs_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/endpointtest"
 	"github.com/mlfsd/mlfsd/backends/hdfs"
 )
-
-// silentListener accepts TCP connections and never answers: the endpoint
-// that once held `mlfsd mount` silent for 120 s. It returns host:port.
-func silentListener(t *testing.T) string {
-	t.Helper()
-	addr, _ := countingSilentListener(t)
-	return addr
-}
-
-// countingSilentListener is silentListener that also counts the
-// connections it accepted.
-func countingSilentListener(t *testing.T) (string, *atomic.Int32) {
-	t.Helper()
-	var accepted atomic.Int32
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, c) }()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return l.Addr().String(), &accepted
-}
 
 // TestFirstContactSilentNamenode: New gives up after ConnectTimeout and
 // names the namenode that did not answer.
 func TestFirstContactSilentNamenode(t *testing.T) {
-	addr := silentListener(t)
+	addr := endpointtest.Silent(t)
 	u, err := backends.ParseURI("hdfs://" + addr + "/x/")
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/endpointtest"
 	"github.com/mlfsd/mlfsd/backends/hdfs"
 	"github.com/mlfsd/mlfsd/backends/hdfs/hdfsemu"
 )
@@ -26,38 +26,8 @@ import (
 // does. It returns host:port.
 func standbyNamenode(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() { defer wg.Done(); serveStandby(c) }()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return l.Addr().String()
+	addr, _ := endpointtest.Serve(t, serveStandby)
+	return addr
 }
 
 // serveStandby reads the connection header ("hrpc", version, class, auth),
@@ -132,18 +102,6 @@ func callID(pkt []byte) (int32, bool) {
 	return 0, false
 }
 
-// closedPort returns an address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // TestHAFirstNamenodeFails: whatever the first NameNode of an HA list does
 // (accepts and stays silent, refuses, answers as a standby), the backend
 // fails over to the second, a working one, on first contact and for every
@@ -162,11 +120,11 @@ func TestHAFirstNamenodeFails(t *testing.T) {
 		first func(*testing.T) string
 	}{
 		{"silent", func(t *testing.T) string {
-			addr, n := countingSilentListener(t)
+			addr, n := endpointtest.SilentCounting(t)
 			silentAccepted = n
 			return addr
 		}},
-		{"closed", closedPort},
+		{"closed", func(t *testing.T) string { return endpointtest.Closed(t) }},
 		{"standby", standbyNamenode},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -233,7 +191,7 @@ func TestHAFirstNamenodeFails(t *testing.T) {
 // waiting on the silent one again and again) with an error that names every
 // NameNode and what each did.
 func TestHAAllNamenodesFail(t *testing.T) {
-	silent, closed, standby := silentListener(t), closedPort(t), standbyNamenode(t)
+	silent, closed, standby := endpointtest.Silent(t), endpointtest.Closed(t), standbyNamenode(t)
 	u, err := backends.ParseURI("hdfs://" + silent + "," + closed + "," + standby + "/data/")
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +224,7 @@ func TestHAAllNamenodesFail(t *testing.T) {
 // another store.
 func TestDataIDNamesTheCluster(t *testing.T) {
 	s := emulator(t, hdfsemu.Options{})
-	dead := closedPort(t)
+	dead := endpointtest.Closed(t)
 	conf := t.TempDir()
 	if err := os.WriteFile(filepath.Join(conf, "hdfs-site.xml"), []byte(`<configuration>
 <property><name>dfs.nameservices</name><value>openpai</value></property>

@@ -3,59 +3,19 @@ package oss
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/endpointtest"
 )
-
-// silentListener accepts TCP connections and never answers: the endpoint
-// that once held `mlfsd mount` silent for 120 s. It returns host:port.
-func silentListener(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, c) }()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return l.Addr().String()
-}
 
 // TestFirstContactSilentEndpoint: New gives up after ConnectTimeout and
 // names the endpoint that did not answer.
 func TestFirstContactSilentEndpoint(t *testing.T) {
 	setCreds(t)
-	addr := silentListener(t)
+	addr := endpointtest.Silent(t)
 	u, err := backends.ParseURI("oss://bucket." + addr + "/x/")
 	if err != nil {
 		t.Fatal(err)

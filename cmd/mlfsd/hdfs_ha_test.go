@@ -2,53 +2,14 @@ package main
 
 import (
 	"bytes"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-)
 
-// silentNamenode accepts TCP connections and never answers (a hung
-// NameNode); it returns host:port.
-func silentNamenode(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = io.Copy(io.Discard, c) }()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return l.Addr().String()
-}
+	"github.com/mlfsd/mlfsd/backends/endpointtest"
+)
 
 // TestMountHAWithSilentFirstNamenode: `mlfsd mount` of an HA URI whose
 // first NameNode accepts connections and never answers mounts through the
@@ -61,7 +22,7 @@ func TestMountHAWithSilentFirstNamenode(t *testing.T) {
 	writeRandom(t, filepath.Join(data, "sub", "a.txt"), 1000)
 	uri := startHDFSEmulator(t, root, "--block-size", "64KiB")
 	nn2 := strings.TrimSuffix(strings.TrimPrefix(uri, "hdfs://"), "/")
-	ha := "hdfs://" + silentNamenode(t) + "," + nn2 + "/data/"
+	ha := "hdfs://" + endpointtest.Silent(t) + "," + nn2 + "/data/"
 
 	mnt := t.TempDir()
 	d := startDaemon(t, mlfsdCmd(t, "mount", "--cache-dir", t.TempDir(), "--hdfs-connect-timeout", "1s", "--read-only", ha, mnt), mnt)
