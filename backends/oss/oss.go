@@ -108,6 +108,8 @@ func (o Options) withDefaults() (Options, error) {
 
 // Backend is an OSS bucket prefix.
 type Backend struct {
+	prefixdirs.Dirs // Stat, List, Delete, MakeDir: the bucket's directory view under prefix
+
 	bucket       *alioss.Bucket
 	bucketName   string
 	prefix       string // "" or ending in '/'
@@ -173,6 +175,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 		bucket: bkt, bucketName: u.Bucket, prefix: prefix, id: idURI.String(),
 		endpointHost: host, opt: opt, retryOpt: opt.Retry, log: log,
 	}
+	b.Dirs = prefixdirs.NewDirs(prefixdirs.Namespace{Store: dirStore{b}, Prefix: prefix, PageSize: listPageSize, Truncated: errTruncated})
 	// Probe: one listing of the prefix proves bucket, endpoint and key.
 	// It is the first contact, bounded by ConnectTimeout.
 	probeCtx, cancel := context.WithTimeout(ctx, opt.ConnectTimeout)
@@ -224,27 +227,6 @@ func infoFromHeader(key string, h http.Header) backends.ObjectInfo {
 func isNotFound(err error) bool {
 	st, code := statusOf(err)
 	return st == http.StatusNotFound && code != "NoSuchBucket"
-}
-
-// Stat implements backends.Backend (prefixdirs.Namespace.Stat).
-func (b *Backend) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
-	return b.ns().Stat(ctx, key)
-}
-
-// List implements backends.Backend (prefixdirs.Namespace.List).
-func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
-	return b.ns().List(ctx, opt)
-}
-
-// Delete implements backends.Backend (prefixdirs.Namespace.Delete).
-func (b *Backend) Delete(ctx context.Context, key string) error { return b.ns().Delete(ctx, key) }
-
-// MakeDir implements backends.DirMaker (prefixdirs.Namespace.MakeDir).
-func (b *Backend) MakeDir(ctx context.Context, key string) error { return b.ns().MakeDir(ctx, key) }
-
-// ns is the bucket's directory view under the backend's prefix.
-func (b *Backend) ns() prefixdirs.Namespace {
-	return prefixdirs.Namespace{Store: dirStore{b}, Prefix: b.prefix, PageSize: listPageSize, Truncated: errTruncated}
 }
 
 // dirStore is the OSS API's side of prefixdirs: HEAD, ListObjectsV2,

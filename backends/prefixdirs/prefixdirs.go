@@ -87,6 +87,30 @@ type Namespace struct {
 
 func (n Namespace) object(key string) string { return n.Prefix + key }
 
+// Dirs is what a backend over a Store embeds to have the Namespace's
+// Stat, List, Delete and MakeDir as its own methods, and nothing more: an
+// embedded Namespace would promote its fields too.
+type Dirs struct{ ns Namespace }
+
+// NewDirs returns the Dirs of n.
+func NewDirs(n Namespace) Dirs { return Dirs{ns: n} }
+
+// Stat implements backends.Backend (Namespace.Stat).
+func (d Dirs) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	return d.ns.Stat(ctx, key)
+}
+
+// List implements backends.Backend (Namespace.List).
+func (d Dirs) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
+	return d.ns.List(ctx, opt)
+}
+
+// Delete implements backends.Backend (Namespace.Delete).
+func (d Dirs) Delete(ctx context.Context, key string) error { return d.ns.Delete(ctx, key) }
+
+// MakeDir implements backends.DirMaker (Namespace.MakeDir).
+func (d Dirs) MakeDir(ctx context.Context, key string) error { return d.ns.MakeDir(ctx, key) }
+
 // Stat implements backends.Backend.Stat: the object at key, or else the
 // directory key if anything lies under key/.
 func (n Namespace) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {

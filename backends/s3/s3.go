@@ -147,6 +147,8 @@ func (o Options) withDefaults() (Options, error) {
 
 // Backend is an S3 bucket prefix.
 type Backend struct {
+	prefixdirs.Dirs // Stat, List, Delete, MakeDir: the bucket's directory view under prefix
+
 	client *s3.Client
 	bucket string
 	prefix string // "" or ending in '/'
@@ -234,6 +236,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	prefix := strings.TrimPrefix(u.Path, "/")
 	idURI := backends.URI{Scheme: backends.SchemeS3, Bucket: u.Bucket, Path: u.Path, Endpoint: ep.host}
 	b := &Backend{client: s3.New(so), bucket: u.Bucket, prefix: prefix, id: idURI.String(), ep: ep, opt: opt, log: log, copyLimit: maxPartSize}
+	b.Dirs = prefixdirs.NewDirs(prefixdirs.Namespace{Store: dirStore{b}, Prefix: prefix, PageSize: listPageSize, Truncated: errTruncated})
 	// Probe: one listing of the prefix proves bucket, endpoint and key.
 	// It is the first contact, bounded by ConnectTimeout.
 	probeCtx, cancel := context.WithTimeout(ctx, opt.ConnectTimeout)
@@ -319,27 +322,6 @@ func (b *Backend) head(ctx context.Context, key string) (*s3.HeadObjectOutput, e
 		return err
 	})
 	return out, err
-}
-
-// Stat implements backends.Backend (prefixdirs.Namespace.Stat).
-func (b *Backend) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
-	return b.ns().Stat(ctx, key)
-}
-
-// List implements backends.Backend (prefixdirs.Namespace.List).
-func (b *Backend) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
-	return b.ns().List(ctx, opt)
-}
-
-// Delete implements backends.Backend (prefixdirs.Namespace.Delete).
-func (b *Backend) Delete(ctx context.Context, key string) error { return b.ns().Delete(ctx, key) }
-
-// MakeDir implements backends.DirMaker (prefixdirs.Namespace.MakeDir).
-func (b *Backend) MakeDir(ctx context.Context, key string) error { return b.ns().MakeDir(ctx, key) }
-
-// ns is the bucket's directory view under the backend's prefix.
-func (b *Backend) ns() prefixdirs.Namespace {
-	return prefixdirs.Namespace{Store: dirStore{b}, Prefix: b.prefix, PageSize: listPageSize, Truncated: errTruncated}
 }
 
 // dirStore is the S3 API's side of prefixdirs: HEAD, ListObjectsV2,
