@@ -32,6 +32,8 @@ func TestInvalidValuesRefused(t *testing.T) {
 		{"oss-part-size", "0"},
 		{"oss-part-size", "99KiB"},
 		{"oss-upload-concurrency", "0"},
+		{"oss-staged-upload-concurrency", "0"},
+		{"oss-staged-upload-concurrency", "257"},
 		{"upload-concurrency", "0"},
 		{"upload-retries", "0"},
 		{"cache-memory", "lots"},

@@ -80,6 +80,12 @@ type Options struct {
 	// Concurrency is the number of parts uploaded in parallel; the Writer
 	// holds at most Concurrency+1 parts in memory.
 	Concurrency int
+	// ReaderAtConcurrency is the number of parts of a WriteReaderAt in
+	// flight. Each reads its bytes from the source itself, so they cost no
+	// memory of ours and may be many more than Concurrency: a store takes
+	// parts faster side by side than one connection carries them. 0 (or
+	// less than Concurrency) means Concurrency.
+	ReaderAtConcurrency int
 	// OnUpload, if set, is told the upload ID once a multipart upload
 	// starts (backends.WriteOptions.OnUpload).
 	OnUpload func(uploadID string)
@@ -319,7 +325,8 @@ func (w *Writer[P]) dispatchPart(n int64, body func() io.ReadSeeker) error {
 
 // WriteReaderAt implements backends.ReaderAtWriter. Up to the multipart
 // threshold it reads r like ReadFrom; past it every part is read from r by
-// its own upload, Concurrency at a time, with no copy through our memory.
+// its own upload, ReaderAtConcurrency at a time, with no copy through our
+// memory.
 func (w *Writer[P]) WriteReaderAt(r io.ReaderAt, size int64) error {
 	if err := w.usable(); err != nil {
 		return err
@@ -334,6 +341,9 @@ func (w *Writer[P]) WriteReaderAt(r io.ReaderAt, size int64) error {
 		}
 		w.whole = true
 		return err
+	}
+	if c := w.opt.ReaderAtConcurrency; c > cap(w.sem) {
+		w.sem = make(chan struct{}, c) // no part is in flight yet
 	}
 	if err := w.initiate(); err != nil {
 		return err

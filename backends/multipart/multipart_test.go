@@ -523,6 +523,57 @@ func TestBoundedMemory(t *testing.T) {
 	}
 }
 
+// TestReaderAtConcurrency: the parts of a WriteReaderAt go up
+// ReaderAtConcurrency at a time (the first ones wait for each other, so
+// that parallelism is reached), never more, while a streaming write of the
+// same Options keeps to Concurrency.
+func TestReaderAtConcurrency(t *testing.T) {
+	const part = 1000
+	opt := testOptions(part)
+	opt.ReaderAtConcurrency = 8
+	f := newFake(t)
+	var started atomic.Int32
+	all := make(chan struct{})
+	f.beforePart = func(num, try int) (error, bool) {
+		if num <= opt.ReaderAtConcurrency {
+			if started.Add(1) == int32(opt.ReaderAtConcurrency) {
+				close(all)
+			}
+			select { // bounded: with fewer in flight, fail below, not hang
+			case <-all:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		return nil, false
+	}
+	data := patterned(20*part, 10)
+	w := New(t.Context(), Store[fakePart](f), opt)
+	if err := w.WriteReaderAt(bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(f.object, data) {
+		t.Fatal("stored object differs")
+	}
+	if f.maxInFlight != opt.ReaderAtConcurrency {
+		t.Fatalf("at most %d parts in flight, want %d", f.maxInFlight, opt.ReaderAtConcurrency)
+	}
+
+	f2 := newFake(t)
+	w2 := New(t.Context(), Store[fakePart](f2), opt)
+	if n, err := w2.ReadFrom(bytes.NewReader(data)); err != nil || n != int64(len(data)) {
+		t.Fatalf("ReadFrom = %d, %v", n, err)
+	}
+	if _, err := w2.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if f2.maxInFlight > opt.Concurrency {
+		t.Fatalf("a streaming write had %d parts in flight, more than Concurrency %d", f2.maxInFlight, opt.Concurrency)
+	}
+}
+
 // TestPartSize: a size hint raises the part size to fit the store's part
 // limit; without one, the part size doubles every 1000 parts, up to
 // MaxPartSize.

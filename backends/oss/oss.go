@@ -49,9 +49,16 @@ type Options struct {
 	// PartSize is the size of multipart parts (default 8 MiB, at least
 	// 100 KiB); it grows for very large objects to stay within 10000 parts.
 	PartSize int64
-	// Concurrency is the number of parts of one write uploaded in parallel
-	// (default 4). A write buffers at most Concurrency+1 parts in memory.
+	// Concurrency is the number of parts of one streaming write uploaded
+	// in parallel (default 4). Such a write buffers at most Concurrency+1
+	// parts in memory.
 	Concurrency int
+	// StagedConcurrency is the number of parts of one write from a file
+	// (backends.ReaderAtWriter, as the write-back uploads a staged file)
+	// uploaded in parallel (default 16). Each part reads its bytes from the
+	// file itself, so they cost no memory, and a store takes parts faster
+	// side by side than one connection carries them.
+	StagedConcurrency int
 	// Retry bounds retries of every call.
 	Retry RetryOptions
 	// ConnectTimeout bounds the first contact, in New: connecting and
@@ -73,6 +80,7 @@ const (
 	defaultThreshold   = 16 << 20
 	defaultPartSize    = 8 << 20
 	defaultConcurrency = 4
+	defaultStaged      = 16
 	minPartSize        = 100 << 10
 	maxPartSize        = 5 << 30
 	maxParts           = 10000
@@ -89,6 +97,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Concurrency == 0 {
 		o.Concurrency = defaultConcurrency
 	}
+	if o.StagedConcurrency == 0 {
+		o.StagedConcurrency = defaultStaged
+	}
 	if o.ConnectTimeout == 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
 	}
@@ -101,6 +112,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("OSS multipart threshold %d: want 0 to 5 GiB", o.MultipartThreshold)
 	case o.Concurrency < 1 || o.Concurrency > 256:
 		return o, fmt.Errorf("OSS upload concurrency %d: want 1 to 256", o.Concurrency)
+	case o.StagedConcurrency < 1 || o.StagedConcurrency > 256:
+		return o, fmt.Errorf("OSS staged upload concurrency %d: want 1 to 256", o.StagedConcurrency)
 	}
 	o.Retry = o.Retry.WithDefaults()
 	return o, nil

@@ -30,15 +30,16 @@ func (b *Backend) Write(ctx context.Context, key string, opt backends.WriteOptio
 	}
 	up := &upload{b: b, key: key, crc: crc64.New(crcTable)}
 	mw := multipart.New(ctx, multipart.Store[part](up), multipart.Options{
-		Key:         key,
-		PartSize:    multipart.PartSizeFor(b.opt.PartSize, opt.SizeHint, maxPartSize, maxParts),
-		MaxPartSize: maxPartSize,
-		MaxParts:    maxParts,
-		Threshold:   b.opt.MultipartThreshold,
-		Concurrency: b.opt.Concurrency,
-		OnUpload:    opt.OnUpload,
-		Retry:       b.retry,
-		Wrap:        func(op string, err error) error { return b.wrapErr(op, key, err) },
+		Key:                 key,
+		PartSize:            multipart.PartSizeFor(b.opt.PartSize, opt.SizeHint, maxPartSize, maxParts),
+		MaxPartSize:         maxPartSize,
+		MaxParts:            maxParts,
+		Threshold:           b.opt.MultipartThreshold,
+		Concurrency:         b.opt.Concurrency,
+		ReaderAtConcurrency: b.opt.StagedConcurrency,
+		OnUpload:            opt.OnUpload,
+		Retry:               b.retry,
+		Wrap:                func(op string, err error) error { return b.wrapErr(op, key, err) },
 	})
 	return &writer{Writer: mw, up: up}, nil
 }

@@ -67,9 +67,16 @@ type Options struct {
 	// 5 MiB as S3 requires); it grows for very large objects to stay
 	// within 10000 parts.
 	PartSize int64
-	// Concurrency is the number of parts of one write uploaded in parallel
-	// (default 4). A write buffers at most Concurrency+1 parts in memory.
+	// Concurrency is the number of parts of one streaming write uploaded
+	// in parallel (default 4). Such a write buffers at most Concurrency+1
+	// parts in memory.
 	Concurrency int
+	// StagedConcurrency is the number of parts of one write from a file
+	// (backends.ReaderAtWriter, as the write-back uploads a staged file)
+	// uploaded in parallel (default 16). Each part reads its bytes from the
+	// file itself, so they cost no memory, and a store takes parts faster
+	// side by side than one connection carries them.
+	StagedConcurrency int
 	// UploadChecksums says whether writes carry a CRC-32 the store checks
 	// and keeps (x-amz-checksum-crc32, in a header or an aws-chunked
 	// trailer), and whole-object reads check the checksum the store kept:
@@ -105,6 +112,7 @@ const (
 	defaultThreshold   = 16 << 20
 	defaultPartSize    = 8 << 20
 	defaultConcurrency = 4
+	defaultStaged      = 16
 	minPartSize        = 5 << 20
 	maxPartSize        = 5 << 30
 	maxParts           = 10000
@@ -123,6 +131,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Concurrency == 0 {
 		o.Concurrency = defaultConcurrency
 	}
+	if o.StagedConcurrency == 0 {
+		o.StagedConcurrency = defaultStaged
+	}
 	if o.ConnectTimeout == 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
 	}
@@ -138,6 +149,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("S3 multipart threshold %d: want 0 to 5 GiB", o.MultipartThreshold)
 	case o.Concurrency < 1 || o.Concurrency > 256:
 		return o, fmt.Errorf("S3 upload concurrency %d: want 1 to 256", o.Concurrency)
+	case o.StagedConcurrency < 1 || o.StagedConcurrency > 256:
+		return o, fmt.Errorf("S3 staged upload concurrency %d: want 1 to 256", o.StagedConcurrency)
 	case o.UploadChecksums != "" && o.UploadChecksums != "crc32" && o.UploadChecksums != "off":
 		return o, fmt.Errorf("S3 upload checksums %q: want crc32 or off", o.UploadChecksums)
 	}

@@ -29,15 +29,16 @@ func (b *Backend) Write(ctx context.Context, key string, opt backends.WriteOptio
 		return nil, backends.Wrap("write", key, backends.ErrInvalid, errors.New("not an object key"))
 	}
 	return multipart.New(ctx, multipart.Store[types.CompletedPart](upload{b: b, key: key}), multipart.Options{
-		Key:         key,
-		PartSize:    multipart.PartSizeFor(b.opt.PartSize, opt.SizeHint, maxPartSize, maxParts),
-		MaxPartSize: maxPartSize,
-		MaxParts:    maxParts,
-		Threshold:   b.opt.MultipartThreshold,
-		Concurrency: b.opt.Concurrency,
-		OnUpload:    opt.OnUpload,
-		Retry:       b.retry,
-		Wrap:        func(op string, err error) error { return b.wrapErr(op, key, err) },
+		Key:                 key,
+		PartSize:            multipart.PartSizeFor(b.opt.PartSize, opt.SizeHint, maxPartSize, maxParts),
+		MaxPartSize:         maxPartSize,
+		MaxParts:            maxParts,
+		Threshold:           b.opt.MultipartThreshold,
+		Concurrency:         b.opt.Concurrency,
+		ReaderAtConcurrency: b.opt.StagedConcurrency,
+		OnUpload:            opt.OnUpload,
+		Retry:               b.retry,
+		Wrap:                func(op string, err error) error { return b.wrapErr(op, key, err) },
 	}), nil
 }
 
