@@ -255,7 +255,7 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 		os.Remove(f.Name())
 		s.writeError(w, r, rc, status, code, msg)
 	}
-	crc := crc64.New(crcTable)
+	var crc uint64
 	etags := md5.New()
 	prev := 0
 	// Every part but the last must be at least 100 KiB (OSS) or 5 MiB
@@ -285,7 +285,16 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 			fail(http.StatusBadRequest, "InvalidPart", fmt.Sprintf("part %d: %v", p.PartNumber, err))
 			return
 		}
-		_, err = io.Copy(io.MultiWriter(f, crc), in)
+		if pm.HasCRC {
+			// A kernel-side copy (copy_file_range); the part's CRC is known.
+			_, err = io.Copy(f, in)
+			crc = crc64Combine(crc, pm.CRC64, pm.Size)
+		} else {
+			h := crc64.New(crcTable)
+			var n int64
+			n, err = io.Copy(io.MultiWriter(f, h), in)
+			crc = crc64Combine(crc, h.Sum64(), n)
+		}
 		in.Close()
 		if err != nil {
 			fail(http.StatusInternalServerError, "InternalError", err.Error())
@@ -295,7 +304,7 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 		etags.Write(b)
 	}
 	etag := fmt.Sprintf("%X-%d", etags.Sum(nil), len(req.Parts))
-	m := meta{ETag: etag, CRC64: crc.Sum64(), HasCRC: true, Multipart: true, CType: rec.CType, User: rec.User, ACL: rec.ACL, Tags: rec.Tags}
+	m := meta{ETag: etag, CRC64: crc, HasCRC: true, Multipart: true, CType: rec.CType, User: rec.User, ACL: rec.ACL, Tags: rec.Tags}
 	publish := s.publish
 	if excl {
 		publish = s.publishIfAbsent
