@@ -21,7 +21,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
-	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
 )
@@ -182,10 +181,7 @@ func TestDaemonSharesCacheAcrossClients(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "bkt", "data"), 0o755)
 	shard := randomBytes(t, 24<<20+7)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "shard.bin"), shard, 0o644)
-	srv, endpoint := ossemutest.Start(t, root, ossemu.Options{})
-	// The daemon (a child) and the clients sign with the emulator's pair.
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	srv, endpoint := startSignedOSS(t, root, ossemu.Options{})
 	d := startNodeDaemon(t, t.TempDir(), "--oss-endpoint", endpoint, "--cache-memory", "256MiB")
 
 	a, b := t.TempDir(), t.TempDir()
@@ -423,10 +419,7 @@ func TestDaemonHealsAfterSIGKILL(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "bkt", "data"), 0o755)
 	os.MkdirAll(filepath.Join(root, "bkt", "out"), 0o755)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "in.txt"), []byte("input"), 0o644)
-	srv, endpoint := ossemutest.Start(t, root, ossemu.Options{})
-	// The daemon (a child) and the clients sign with the emulator's pair.
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	srv, endpoint := startSignedOSS(t, root, ossemu.Options{})
 	dir := t.TempDir()
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
 	in, out := t.TempDir(), t.TempDir()

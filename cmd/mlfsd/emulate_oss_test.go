@@ -31,6 +31,17 @@ func ossEnv(cmd *exec.Cmd) {
 	cmd.Env = append(cmd.Env, "OSS_ACCESS_KEY_ID="+ossemutest.AccessKeyID, "OSS_ACCESS_KEY_SECRET="+ossemutest.AccessKeySecret, "OSS_ENDPOINT=")
 }
 
+// startSignedOSS starts an OSS emulator over root and puts its key pair in
+// this test's environment, which the daemons and clients it starts inherit
+// and sign with. It returns the emulator and its endpoint.
+func startSignedOSS(t *testing.T, root string, opt ossemu.Options) (*ossemu.Server, string) {
+	t.Helper()
+	srv, endpoint := ossemutest.Start(t, root, opt)
+	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	return srv, endpoint
+}
+
 // TestEmulateOSSCommand: `mlfsd emulate oss` logs its address, serves the
 // directory (stats endpoint included), takes the injection flags, refuses
 // bad ones clearly, and exits 0 on SIGINT.

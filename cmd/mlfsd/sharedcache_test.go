@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
-	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/sharedcache"
 )
 
@@ -106,10 +105,8 @@ func TestSharedCacheAcrossNodes(t *testing.T) {
 		}
 		total += int64(len(b))
 	}
-	_, endpoint := ossemutest.Start(t, srcRoot, ossemu.Options{TTFB: 2 * time.Millisecond})
+	_, endpoint := startSignedOSS(t, srcRoot, ossemu.Options{TTFB: 2 * time.Millisecond})
 	tier := startSharedEmulator(t, tierRoot)
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
 	tierURI := "oss://tier." + tier.addr + "/mlfsd/"
 
 	startNode := func() (*nodeDaemon, string) {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
-	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/node/api"
 )
 
@@ -28,9 +27,7 @@ func TestDaemonTakeoverDuringUmountDrain(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "bkt", "out"), 0o755)
 	// 2 MiB/s a connection, one upload at a time: the drain of 4 files of
 	// 2 MiB takes about 4 s, and the takeover comes during it.
-	_, endpoint := ossemutest.Start(t, root, ossemu.Options{ConnBandwidth: 2 << 20})
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	_, endpoint := startSignedOSS(t, root, ossemu.Options{ConnBandwidth: 2 << 20})
 	dir := t.TempDir()
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
 	out := t.TempDir()
@@ -165,9 +162,7 @@ func TestDaemonTakeoverDuringRunDrain(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "bkt", "out"), 0o755)
 	// 64 KiB/s a connection: each 1 MiB file takes about 16 s to upload,
 	// longer than a handover waits for uploads in flight.
-	_, endpoint := ossemutest.Start(t, root, ossemu.Options{ConnBandwidth: 64 << 10})
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	_, endpoint := startSignedOSS(t, root, ossemu.Options{ConnBandwidth: 64 << 10})
 	dir := t.TempDir()
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
 	spec := filepath.Join(tmp, "job.yaml")
@@ -236,9 +231,7 @@ func TestCSIDaemonUnpublishAcrossTakeover(t *testing.T) {
 	os.MkdirAll(filepath.Join(store, "bkt", "out"), 0o755)
 	// 2 MiB/s a connection, one upload at a time: the drain of 4 files of
 	// 2 MiB takes about 4 s, and the takeover comes during it.
-	_, endpoint := ossemutest.Start(t, store, ossemu.Options{ConnBandwidth: 2 << 20})
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	_, endpoint := startSignedOSS(t, store, ossemu.Options{ConnBandwidth: 2 << 20})
 	dir := filepath.Join(root, "daemon")
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
 	mountRoot := filepath.Join(root, "pods")

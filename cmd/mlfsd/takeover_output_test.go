@@ -19,7 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
-	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/fs/fstest"
 	"github.com/mlfsd/mlfsd/handover"
 )
@@ -150,9 +149,7 @@ func TestDaemonTakeoverOutputs(t *testing.T) {
 	}
 	// 2 MiB/s a connection: uploads of closed files are still queued at
 	// the switch (one at a time, --upload-concurrency 1).
-	_, endpoint := ossemutest.Start(t, root, ossemu.Options{ConnBandwidth: 2 << 20})
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	_, endpoint := startSignedOSS(t, root, ossemu.Options{ConnBandwidth: 2 << 20})
 	dir := t.TempDir()
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
 	in, out, out2 := t.TempDir(), t.TempDir(), t.TempDir()
@@ -486,9 +483,7 @@ func TestDaemonTakeoverFailureKeepsOutputs(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "bkt", "out"), 0o755)
 	big := randomBytes(t, 4<<20)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "big.bin"), big, 0o644)
-	_, endpoint := ossemutest.Start(t, root, ossemu.Options{})
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	_, endpoint := startSignedOSS(t, root, ossemu.Options{})
 	dir := t.TempDir()
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
 	in, out := t.TempDir(), t.TempDir()
@@ -690,9 +685,7 @@ func TestDaemonTakeoverProtocol1(t *testing.T) {
 	for i := range 10 {
 		os.WriteFile(filepath.Join(root, "bkt", "data", fmt.Sprintf("f%d", i)), []byte(fmt.Sprint(i)), 0o644)
 	}
-	_, endpoint := ossemutest.Start(t, root, ossemu.Options{})
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	_, endpoint := startSignedOSS(t, root, ossemu.Options{})
 	dir := t.TempDir()
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
 	in, out := t.TempDir(), t.TempDir()

@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
-	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/node"
 )
 
@@ -124,9 +123,7 @@ func TestDaemonTakeoverKeepsOpenFiles(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "bkt", "data", "sub", "small.txt"), []byte("small"), 0o644)
 	ptData := randomBytes(t, 2<<20)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "pt.bin"), ptData, 0o644)
-	emu, endpoint := ossemutest.Start(t, root, ossemu.Options{})
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	emu, endpoint := startSignedOSS(t, root, ossemu.Options{})
 	dir := t.TempDir()
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
 	in := t.TempDir()
@@ -235,9 +232,7 @@ func TestDaemonTakeoverUnderLoad(t *testing.T) {
 	}
 	const writers, wchunk, wafter = 4, 4 << 10, 64
 	os.MkdirAll(filepath.Join(root, "bkt", "out"), 0o755)
-	_, endpoint := ossemutest.Start(t, root, ossemu.Options{TTFB: 20 * time.Millisecond, ConnBandwidth: 256 << 10})
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	_, endpoint := startSignedOSS(t, root, ossemu.Options{TTFB: 20 * time.Millisecond, ConnBandwidth: 256 << 10})
 	dir := t.TempDir()
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
 	in, out := t.TempDir(), t.TempDir()
@@ -357,9 +352,7 @@ func TestDaemonTakeoverFailureKeepsOldServing(t *testing.T) {
 	big := randomBytes(t, 4<<20)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "big.bin"), big, 0o644)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "a.txt"), []byte("aaa"), 0o644)
-	_, endpoint := ossemutest.Start(t, root, ossemu.Options{})
-	t.Setenv("OSS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
-	t.Setenv("OSS_ACCESS_KEY_SECRET", ossemutest.AccessKeySecret)
+	_, endpoint := startSignedOSS(t, root, ossemu.Options{})
 	dir := t.TempDir()
 	d := startNodeDaemon(t, dir, "--oss-endpoint", endpoint)
 	in := t.TempDir()
