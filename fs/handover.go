@@ -959,9 +959,6 @@ func directMount(mountpoint string, mo *fuse.MountOptions) (int, error) {
 // program's netpoller calling into its own mount later.
 func pollHack(mountpoint string) error {
 	fd, err := unix.Open(path.Join(mountpoint, ".go-fuse-epoll-hack"), unix.O_RDONLY, 0)
-	for err == unix.EINTR { // as os.Open does
-		fd, err = unix.Open(path.Join(mountpoint, ".go-fuse-epoll-hack"), unix.O_RDONLY, 0)
-	}
 	if err != nil {
 		return err
 	}
