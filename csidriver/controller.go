@@ -13,7 +13,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/all"
-	"github.com/mlfsd/mlfsd/backends/oss"
+	"github.com/mlfsd/mlfsd/node"
 )
 
 // controller is the CSI Controller service: dynamic provisioning of one
@@ -214,11 +214,8 @@ func (c *controller) open(ctx context.Context, u backends.URI, opt all.Options, 
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if cr.OSSAccessKeyID != "" {
-		opt.OSS.Credentials = &oss.Credentials{AccessKeyID: cr.OSSAccessKeyID, AccessKeySecret: cr.OSSAccessKeySecret, SecurityToken: cr.OSSSecurityToken}
-	}
-	if cr.HDFSUser != "" {
-		opt.HDFS.User = cr.HDFSUser
+	if opt, err = node.BackendOptions(ctx, cr, u, opt, c.d.opt.Settings.Identity); err != nil {
+		return nil, status.Errorf(codes.PermissionDenied, "open %s: %v", u, err)
 	}
 	b, _, err := all.Open(ctx, u, opt, c.d.log)
 	if err != nil {

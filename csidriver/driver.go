@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/mlfsd/mlfsd/node"
 )
@@ -62,6 +63,11 @@ type Options struct {
 	// in the staging directory and is uploaded at the next mount of the
 	// channel; the call reports it as an error once.
 	DrainTimeout time.Duration
+	// OSSAudience and S3Audience are the audiences of the pod's
+	// service-account tokens exchanged for a volume's OSS and S3 role
+	// (defaults DefaultOSSAudience, DefaultS3Audience); the CSIDriver
+	// object's tokenRequests must ask for them.
+	OSSAudience, S3Audience string
 	// Log receives one line per call (requests with secrets stripped).
 	Log *slog.Logger
 }
@@ -88,6 +94,12 @@ func New(opt Options) (*Driver, error) {
 	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.OSSAudience == "" {
+		opt.OSSAudience = DefaultOSSAudience
+	}
+	if opt.S3Audience == "" {
+		opt.S3Audience = DefaultS3Audience
 	}
 	if opt.Version == "" {
 		opt.Version = "dev"
@@ -177,12 +189,29 @@ func (d *Driver) logCalls(ctx context.Context, req any, info *grpc.UnaryServerIn
 	if !d.log.Enabled(ctx, lv) {
 		return resp, err
 	}
+	req = stripTokens(req)
 	if err != nil {
 		d.log.Log(ctx, lv, "csi call failed", "method", method, "request", protosanitizer.StripSecrets(req).String(), "err", err)
 	} else {
 		d.log.Log(ctx, lv, "csi call", "method", method, "request", protosanitizer.StripSecrets(req).String())
 	}
 	return resp, err
+}
+
+// stripTokens returns a publish request without the pod's service-account
+// tokens, for logging: they are as secret as the publish secrets, but sit
+// in the volume context, which the CSI spec does not mark csi_secret.
+func stripTokens(req any) any {
+	r, ok := req.(*csi.NodePublishVolumeRequest)
+	if !ok {
+		return req
+	}
+	if _, ok := r.GetVolumeContext()[TokensKey]; !ok {
+		return req
+	}
+	c := proto.Clone(r).(*csi.NodePublishVolumeRequest)
+	c.VolumeContext[TokensKey] = "***stripped***"
+	return c
 }
 
 // identity is the CSI Identity service.

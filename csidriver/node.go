@@ -61,9 +61,15 @@ func readOnlyMode(c *csi.VolumeCapability) bool {
 
 // NodePublishVolume mounts the volume's channel at the target path. The
 // volume's attributes say what: uri and mode, plus mount options; the
-// publish secrets carry the store credentials. An output published
+// publish secrets carry the store credentials, and a role attribute
+// (oss-role-arn, s3-role-arn) has the pod's own service-account token
+// exchanged for the pod's own short-lived keys. An output published
 // read-only (readonly: true, or a reader-only access mode) is mounted as an
 // input of the same prefix.
+//
+// kubelet calls it again for a live volume when the CSIDriver object has
+// requiresRepublish (about once a minute, with a fresh token when the
+// old one nears its end): the mount's credentials are refreshed in place.
 func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
@@ -84,6 +90,13 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 	creds, err := credentials(req.GetSecrets())
 	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", req.GetVolumeId(), err)
+	}
+	tokens, err := podTokens(req.GetVolumeContext())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", req.GetVolumeId(), err)
+	}
+	if creds, err = withPodIdentity(creds, spec, tokens, s.d.opt.OSSAudience, s.d.opt.S3Audience); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", req.GetVolumeId(), err)
 	}
 	mreq := node.MountRequest{

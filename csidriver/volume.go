@@ -1,6 +1,7 @@
 package csidriver
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -36,6 +37,30 @@ const (
 	k8sPrefix = "csi.storage.k8s.io/"
 	// ephemeralKey is set to "true" by kubelet for CSI inline volumes.
 	ephemeralKey = k8sPrefix + "ephemeral"
+	// TokensKey is set by kubelet, when the CSIDriver object has
+	// tokenRequests, to the pod's service-account tokens: JSON
+	// {"<audience>": {"token": "...", "expirationTimestamp": "..."}}.
+	TokensKey = k8sPrefix + "serviceAccount.tokens"
+
+	// AttrOSSRoleARN names the RAM role a volume's pod assumes for OSS
+	// with its service-account token (RRSA): AssumeRoleWithOIDC, with the
+	// cluster's OIDC provider AttrOSSOIDCProviderARN. The token is the
+	// pod's for audience Options.OSSAudience.
+	AttrOSSRoleARN         = "oss-role-arn"
+	AttrOSSOIDCProviderARN = "oss-oidc-provider-arn"
+	// AttrS3RoleARN names the IAM role a volume's pod assumes for S3 with
+	// its service-account token (IRSA): AssumeRoleWithWebIdentity. The
+	// token is the pod's for audience Options.S3Audience.
+	AttrS3RoleARN = "s3-role-arn"
+)
+
+// Audiences of the service-account tokens the CSIDriver object asks for.
+const (
+	// DefaultOSSAudience is what Alibaba Cloud's STS expects of an RRSA
+	// token (ACK's own RRSA webhook asks for it).
+	DefaultOSSAudience = "sts.aliyuncs.com"
+	// DefaultS3Audience is what AWS STS expects of an IRSA token.
+	DefaultS3Audience = "sts.amazonaws.com"
 )
 
 // Modes of a volume.
@@ -45,12 +70,16 @@ const (
 )
 
 // Keys of the publish secrets (a Secret named by nodePublishSecretRef, or
-// by the provisioner/deleter secret parameters of a StorageClass).
+// by the provisioner/deleter secret parameters of a StorageClass): the
+// names of node.CredentialTable, of which these are the common ones.
 const (
 	SecretOSSAccessKeyID     = "oss-access-key-id"
 	SecretOSSAccessKeySecret = "oss-access-key-secret"
 	SecretOSSSecurityToken   = "oss-security-token"
 	SecretHDFSUser           = "hdfs-user"
+	SecretS3AccessKeyID      = "s3-access-key-id"
+	SecretS3SecretAccessKey  = "s3-secret-access-key"
+	SecretS3SessionToken     = "s3-session-token"
 )
 
 // volumeSpec is a volume's attributes, parsed and validated.
@@ -58,6 +87,8 @@ type volumeSpec struct {
 	uri     backends.URI
 	output  bool
 	options map[string]string // mount options by table name (validated)
+	// Roles the pod assumes with its service-account token.
+	ossRole, ossProvider, s3Role string
 }
 
 // parseAttributes reads a volume's attributes. Any bad value is an error
@@ -94,11 +125,23 @@ func parseAttributes(attrs map[string]string, extra ...string) (volumeSpec, erro
 		switch {
 		case k == AttrURI || k == AttrMode || strings.HasPrefix(k, k8sPrefix) || contains(extra, k):
 			continue
+		case k == AttrOSSRoleARN:
+			s.ossRole = attrs[k]
+			continue
+		case k == AttrOSSOIDCProviderARN:
+			s.ossProvider = attrs[k]
+			continue
+		case k == AttrS3RoleARN:
+			s.s3Role = attrs[k]
+			continue
 		}
 		s.options[k] = attrs[k]
 	}
 	if err := validateOptions(s.options); err != nil {
 		return s, err
+	}
+	if (s.ossRole == "") != (s.ossProvider == "") {
+		return s, fmt.Errorf("volume attributes %q and %q go together (RRSA): one is missing", AttrOSSRoleARN, AttrOSSOIDCProviderARN)
 	}
 	return s, nil
 }
@@ -141,33 +184,72 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// credentials reads the publish secrets. Unknown keys are refused (a typo
-// would otherwise silently fall back to the node's own credentials); the
-// error names the key, never a value.
+// credentials reads the publish secrets, by the names of
+// node.CredentialTable. Unknown keys are refused (a typo would otherwise
+// silently fall back to the node's own credentials); the error names the
+// key, never a value.
 func credentials(secrets map[string]string) (node.Credentials, error) {
-	var c node.Credentials
-	for k, v := range secrets {
-		switch k {
-		case SecretOSSAccessKeyID:
-			c.OSSAccessKeyID = v
-		case SecretOSSAccessKeySecret:
-			c.OSSAccessKeySecret = v
-		case SecretOSSSecurityToken:
-			c.OSSSecurityToken = v
-		case SecretHDFSUser:
-			c.HDFSUser = v
-		default:
-			return node.Credentials{}, fmt.Errorf("secret key %q: unknown (want %s, %s, %s or %s)", k,
-				SecretOSSAccessKeyID, SecretOSSAccessKeySecret, SecretOSSSecurityToken, SecretHDFSUser)
-		}
-	}
-	if (c.OSSAccessKeyID == "") != (c.OSSAccessKeySecret == "") {
-		return node.Credentials{}, fmt.Errorf("secrets %s and %s go together: one is missing", SecretOSSAccessKeyID, SecretOSSAccessKeySecret)
-	}
-	if c.OSSSecurityToken != "" && c.OSSAccessKeyID == "" {
-		return node.Credentials{}, fmt.Errorf("secret %s needs %s and %s", SecretOSSSecurityToken, SecretOSSAccessKeyID, SecretOSSAccessKeySecret)
+	c, err := node.CredentialsFromFields(secrets, false)
+	if err != nil {
+		return node.Credentials{}, fmt.Errorf("publish secrets: %w", err)
 	}
 	return c, nil
+}
+
+// podTokens reads the pod's service-account tokens kubelet puts in the
+// volume context (TokensKey), by audience.
+func podTokens(attrs map[string]string) (map[string]string, error) {
+	raw, ok := attrs[TokensKey]
+	if !ok || raw == "" {
+		return nil, nil
+	}
+	var ts map[string]struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal([]byte(raw), &ts); err != nil {
+		// The value is secret: the error says where, not what.
+		return nil, fmt.Errorf("volume context %q: not a JSON object of {\"token\": ...} by audience", TokensKey)
+	}
+	out := map[string]string{}
+	for aud, t := range ts {
+		out[aud] = t.Token
+	}
+	return out, nil
+}
+
+// withPodIdentity adds to c the roles the volume names, with the pod's
+// token for each role's audience. A role without its token is an error
+// saying what the CSIDriver object must ask for.
+func withPodIdentity(c node.Credentials, spec volumeSpec, tokens map[string]string, ossAud, s3Aud string) (node.Credentials, error) {
+	token := func(aud, attr string) (string, error) {
+		t := tokens[aud]
+		if t == "" {
+			return "", fmt.Errorf("volume attribute %q names a role to assume with the pod's service-account token, but kubelet gave no token for audience %q in %q: add {audience: %s} to the tokenRequests of the CSIDriver object (and requiresRepublish: true)",
+				attr, aud, TokensKey, aud)
+		}
+		return t, nil
+	}
+	if spec.ossRole != "" {
+		if c.OSSAccessKeyID != "" || c.OSSRoleARN != "" {
+			return c, fmt.Errorf("volume attribute %q: the publish secrets bring OSS credentials too; give one or the other", AttrOSSRoleARN)
+		}
+		t, err := token(ossAud, AttrOSSRoleARN)
+		if err != nil {
+			return c, err
+		}
+		c.OSSRoleARN, c.OSSOIDCProviderARN, c.OSSOIDCToken = spec.ossRole, spec.ossProvider, t
+	}
+	if spec.s3Role != "" {
+		if c.S3AccessKeyID != "" || c.S3RoleARN != "" {
+			return c, fmt.Errorf("volume attribute %q: the publish secrets bring S3 credentials too; give one or the other", AttrS3RoleARN)
+		}
+		t, err := token(s3Aud, AttrS3RoleARN)
+		if err != nil {
+			return c, err
+		}
+		c.S3RoleARN, c.S3WebIdentityToken = spec.s3Role, t
+	}
+	return c, c.Validate()
 }
 
 // Volume IDs of dynamically provisioned volumes are "mlfsd:<policy>:<uri>":

@@ -11,7 +11,6 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/all"
-	"github.com/mlfsd/mlfsd/backends/oss"
 )
 
 // backendPool keeps one open backend per (store location, options,
@@ -32,26 +31,16 @@ func newBackendPool(log *slog.Logger) *backendPool {
 	return &backendPool{log: log, open: map[string]*pooled{}}
 }
 
-// backendOptions applies the request's credentials to the mount's backend
-// options.
-func backendOptions(opt all.Options, c Credentials) all.Options {
-	if c.OSSAccessKeyID != "" || c.OSSAccessKeySecret != "" {
-		opt.OSS.Credentials = &oss.Credentials{AccessKeyID: c.OSSAccessKeyID, AccessKeySecret: c.OSSAccessKeySecret, SecurityToken: c.OSSSecurityToken}
-	}
-	if c.HDFSUser != "" {
-		opt.HDFS.User = c.HDFSUser
-	}
-	return opt
-}
-
-// acquire opens (or shares) the backend of u's directory. release must be
-// called once the caller is done with it.
-func (p *backendPool) acquire(ctx context.Context, u backends.URI, opt all.Options, c Credentials) (b backends.Backend, key string, release func(), err error) {
+// acquire opens (or shares) the backend of u's directory. Backends are
+// shared between callers of the same share key only (the node's own
+// identity, or one mount's). release must be called once the caller is
+// done with it.
+func (p *backendPool) acquire(ctx context.Context, u backends.URI, opt all.Options, share string) (b backends.Backend, key string, release func(), err error) {
 	o, err := json.Marshal(struct {
-		URI  string
-		Opt  all.Options
-		Cred string
-	}{u.Dir().String(), opt, c.fingerprint()})
+		URI   string
+		Opt   all.Options
+		Share string
+	}{u.Dir().String(), opt, share})
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -64,7 +53,7 @@ func (p *backendPool) acquire(ctx context.Context, u backends.URI, opt all.Optio
 	}
 	p.mu.Unlock()
 	// Opened outside the lock: opening probes the store over the network.
-	nb, key, err := all.Open(ctx, u, backendOptions(opt, c), p.log)
+	nb, key, err := all.Open(ctx, u, opt, p.log)
 	if err != nil {
 		return nil, "", nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,26 +32,9 @@ type HandoverMount struct {
 	Fd      int                      `json:"-"`
 }
 
-// HandoverCredentials are a mount's Credentials on the handover socket,
-// the one place they are marshalled whole; formatted or logged, they are
-// redacted as Credentials are.
-type HandoverCredentials struct {
-	OSSAccessKeyID     string `json:"oss_access_key_id,omitempty"`
-	OSSAccessKeySecret string `json:"oss_access_key_secret,omitempty"`
-	OSSSecurityToken   string `json:"oss_security_token,omitempty"`
-	HDFSUser           string `json:"hdfs_user,omitempty"`
-}
-
-func (c HandoverCredentials) creds() Credentials { return Credentials(c) }
-
-// String redacts the secret and the token.
-func (c HandoverCredentials) String() string { return c.creds().redacted() }
-
-// GoString redacts %#v as well.
-func (c HandoverCredentials) GoString() string { return c.creds().redacted() }
-
-// LogValue redacts in slog records.
-func (c HandoverCredentials) LogValue() slog.Value { return c.creds().LogValue() }
+// HandoverCredentials are a mount's Credentials on the handover socket
+// (the one place besides an API request body they are marshalled whole).
+type HandoverCredentials = SecretCredentials
 
 // Handover is a node whose mounts are frozen for another process: every
 // request the kernel sends them waits. Abort lets them go on here; Commit
@@ -132,7 +114,7 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 		if err != nil {
 			return fail(err)
 		}
-		hm := HandoverMount{Request: m.req, Credentials: HandoverCredentials(m.req.Credentials),
+		hm := HandoverMount{Request: m.req, Credentials: HandoverCredentials{Credentials: m.credentials()},
 			Info: m.info, Snapshot: snap, Fd: m.srv.Fd()}
 		if m.store != nil {
 			// Frozen: no request runs on the Store's handles, and its
@@ -321,7 +303,7 @@ func (n *Node) Adopt(ctx context.Context, mounts []HandoverMount) (*Adopted, err
 func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 	n := ad.n
 	req := hm.Request
-	req.Credentials = hm.Credentials.creds()
+	req.Credentials = hm.Credentials.Credentials
 	if hm.Snapshot == nil {
 		return errors.New("no snapshot of the mount's server")
 	}
@@ -333,11 +315,13 @@ func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 	if err != nil {
 		return err
 	}
-	raw, key, release, err := n.pool.acquire(ctx, u, set.Backend, req.Credentials)
+	// Keys are obtained at the first request, not now: the mounts are
+	// frozen until every one is adopted.
+	raw, key, release, id, err := n.backendFor(ctx, u, set, req, false)
 	if err != nil {
 		return err
 	}
-	m := &mount{req: req, info: hm.Info, ready: make(chan struct{}), done: make(chan struct{}), releaseBackend: release}
+	m := &mount{req: req, id: id, info: hm.Info, ready: make(chan struct{}), done: make(chan struct{}), releaseBackend: release}
 	m.metrics = newMountMetrics(req.Target)
 	b := instrument(raw, m.metrics)
 	if !req.ReadOnly {
@@ -447,6 +431,7 @@ func (ad *Adopted) Serve() error {
 		go n.watch(m)
 		n.log.Info("took over mount", "source", m.info.URI, "mountpoint", m.info.Target, "mounted_at", m.info.MountedAt.Format(time.RFC3339))
 	}
+	n.keepWaiting()
 	n.saveState()
 	return errors.Join(errs...)
 }

@@ -25,6 +25,9 @@ const (
 	MetricFUSERequests       = "mlfsd_fuse_requests_total"
 	MetricFUSELatency        = "mlfsd_fuse_request_duration_seconds"
 	MetricMounts             = "mlfsd_mounts"
+	// MetricMountsWaiting counts the mounts of the mount table that wait
+	// for their client's credentials after a restart (not served).
+	MetricMountsWaiting = "mlfsd_mounts_waiting_credentials"
 )
 
 // mountMetrics are the instruments of one mount, on a registry of its own
@@ -127,6 +130,7 @@ type nodeCollector struct {
 	hitDesc  *prometheus.Desc
 	sizeDesc *prometheus.Desc
 	mounts   *prometheus.Desc
+	waiting  *prometheus.Desc
 }
 
 func newNodeCollector(n *Node) *nodeCollector {
@@ -135,6 +139,8 @@ func newNodeCollector(n *Node) *nodeCollector {
 		hitDesc:  prometheus.NewDesc(MetricCacheHitBytes, "Bytes served from the node's cache, by tier (memory, disk, passthrough).", []string{"tier"}, nil),
 		sizeDesc: prometheus.NewDesc(MetricCacheBytes, "Bytes the node's cache holds, by tier.", []string{"tier"}, nil),
 		mounts:   prometheus.NewDesc(MetricMounts, "Mounts served, by kind (input, output).", []string{"kind"}, nil),
+		waiting: prometheus.NewDesc(MetricMountsWaiting,
+			"Mounts restored after a restart that wait for their client's credentials (a pod's republish) and are not served meanwhile.", nil, nil),
 	}
 }
 
@@ -142,6 +148,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.hitDesc
 	ch <- c.sizeDesc
 	ch <- c.mounts
+	ch <- c.waiting
 }
 
 func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -156,6 +163,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	in, out := c.n.countMounts()
 	ch <- prometheus.MustNewConstMetric(c.mounts, prometheus.GaugeValue, float64(in), "input")
 	ch <- prometheus.MustNewConstMetric(c.mounts, prometheus.GaugeValue, float64(out), "output")
+	ch <- prometheus.MustNewConstMetric(c.waiting, prometheus.GaugeValue, float64(c.n.countWaiting()))
 }
 
 // gatherers is the node registry followed by every live mount's.

@@ -90,9 +90,21 @@ type MountInfo struct {
 	MountedAt time.Time         `json:"mounted_at"`
 }
 
+// States of a mount in Status.
+const (
+	// StateMounted: the mount is served.
+	StateMounted = "mounted"
+	// StateWaitingCredentials: restored after a restart, the mount waits
+	// for its client to bring the credentials it was made with (they are
+	// not kept); it is not served meanwhile.
+	StateWaitingCredentials = "waiting_for_credentials"
+)
+
 // MountStatus is a mount's figures.
 type MountStatus struct {
 	MountInfo
+	// State is StateMounted or StateWaitingCredentials.
+	State string `json:"state"`
 	// ReadBytes: bytes the daemon served to readers of an input mount
 	// (reads the kernel serves itself by passthrough are not seen here).
 	ReadBytes int64 `json:"read_bytes"`
@@ -125,6 +137,11 @@ type Node struct {
 	mu     sync.Mutex
 	mounts map[string]*mount // GUARDED_BY(mu): by target, including mounts under way
 	closed bool              // GUARDED_BY(mu)
+	// waiting are mounts of the mount table that were made with a
+	// client's credentials, which are not kept: after a restart they wait
+	// for their client (a pod's republish) to bring credentials again,
+	// rather than run on the node's identity. GUARDED_BY(mu), by target.
+	waiting map[string]stateMount
 	// handover: the mounts are frozen for a new daemon (handover.go);
 	// mount and unmount requests are refused meanwhile.
 	handover bool // GUARDED_BY(mu)
@@ -132,7 +149,10 @@ type Node struct {
 
 // mount is one mount of the node.
 type mount struct {
-	req   MountRequest // as asked, credentials included (memory only)
+	req MountRequest // as first asked, credentials included (memory only)
+	// id holds the credentials the mount runs on, as last given (a
+	// republish refreshes them); nil for the node's own identity.
+	id    *identity
 	info  MountInfo
 	ready chan struct{} // closed when mounting finished (err set on failure)
 	err   error
@@ -177,7 +197,7 @@ func New(ctx context.Context, opt Options) (*Node, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opt: opt, log: opt.Log, pool: newBackendPool(opt.Log), mounts: map[string]*mount{}}
+	n := &Node{opt: opt, log: opt.Log, pool: newBackendPool(opt.Log), mounts: map[string]*mount{}, waiting: map[string]stateMount{}}
 	n.reg = newNodeRegistry(n)
 	n.shared = newSharedTiers(n.log, n.reg)
 	if opt.OpenCache {
@@ -199,11 +219,22 @@ func New(ctx context.Context, opt Options) (*Node, error) {
 // served beside it by Handler.
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 
-// sameRequest reports whether two requests ask for the same mount.
-func sameRequest(a, b MountRequest) bool {
-	return a.URI == b.URI && a.ReadOnly == b.ReadOnly && maps.Equal(a.Options, b.Options) &&
-		a.Credentials.fingerprint() == b.Credentials.fingerprint()
+// sameRequest reports whether req asks for mount m: the same channel,
+// mode and options, and the same identity (its secrets may be fresh ones).
+func sameRequest(m *mount, req MountRequest) bool {
+	a := m.req
+	if a.URI != req.URI || a.ReadOnly != req.ReadOnly || !maps.Equal(a.Options, req.Options) {
+		return false
+	}
+	if m.id == nil {
+		return req.Credentials.IsZero()
+	}
+	return sameIdentity(m.id.current(), req.Credentials)
 }
+
+// ErrNeedsCredentials refuses a request without credentials for a mount
+// that was made with a client's (they are not kept across a restart).
+var ErrNeedsCredentials = errors.New("the mount was made with a client's credentials; it waits for them and never runs on the node's own")
 
 func kind(readOnly bool) string {
 	if readOnly {
@@ -215,7 +246,7 @@ func kind(readOnly bool) string {
 // Mount mounts req and returns once the mount is up. The same request again
 // for the same target returns the live mount; a different one is refused
 // with ErrTargetBusy. On error nothing stays mounted or open.
-func (n *Node) Mount(ctx context.Context, req MountRequest) (MountInfo, error) {
+func (n *Node) Mount(ctx context.Context, req MountRequest) (_ MountInfo, err error) {
 	if req.Target == "" {
 		return MountInfo{}, errors.New("mount: a target (mountpoint) is required")
 	}
@@ -250,9 +281,27 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (MountInfo, error) {
 		n.mu.Unlock()
 		return MountInfo{}, ErrClosed
 	}
+	if w, ok := n.waiting[target]; ok {
+		if w.URI != u.String() || w.ReadOnly != req.ReadOnly || !maps.Equal(w.Options, req.Options) {
+			n.mu.Unlock()
+			return MountInfo{}, fmt.Errorf("%w: %s waits for its client's credentials to serve %s as an %s again; unmount it first", ErrTargetBusy, target, w.URI, kind(w.ReadOnly))
+		}
+		if req.Credentials.IsZero() {
+			n.mu.Unlock()
+			return MountInfo{}, fmt.Errorf("%s (%s): %w: send the mount request again with its credentials (a CSI republish does)", target, w.URI, ErrNeedsCredentials)
+		}
+		delete(n.waiting, target) // mounted below; back to waiting if that fails
+		defer func() {
+			n.mu.Lock()
+			if _, live := n.mounts[target]; !live && err != nil {
+				n.waiting[target] = w
+			}
+			n.mu.Unlock()
+		}()
+	}
 	if m, ok := n.mounts[target]; ok {
 		n.mu.Unlock()
-		if !sameRequest(m.req, req) {
+		if !sameRequest(m, req) {
 			return MountInfo{}, fmt.Errorf("%w: %s holds %s as an %s; unmount it first", ErrTargetBusy, target, m.req.URI, kind(m.req.ReadOnly))
 		}
 		select {
@@ -262,6 +311,12 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (MountInfo, error) {
 		}
 		if m.err != nil {
 			return MountInfo{}, m.err
+		}
+		if m.id != nil {
+			if err := m.refresh(ctx, req.Credentials); err != nil {
+				return MountInfo{}, err
+			}
+			n.log.Info("credentials refreshed", "mountpoint", target, "credentials", req.Credentials)
 		}
 		return m.info, nil
 	}
@@ -306,10 +361,11 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 			return fmt.Errorf("create output directory %s: %w", u.Path, err)
 		}
 	}
-	raw, key, release, err := n.pool.acquire(ctx, u, set.Backend, m.req.Credentials)
+	raw, key, release, id, err := n.backendFor(ctx, u, set, m.req, true)
 	if err != nil {
 		return err
 	}
+	m.id = id
 	undo = append(undo, release)
 	m.releaseBackend = release
 	m.metrics = newMountMetrics(target)
@@ -437,6 +493,13 @@ func (n *Node) cacheFigures() (tierFigures, bool) {
 		return tierFigures{}, false
 	}
 	return cacheTierFigures(c.Stats()), true
+}
+
+// countWaiting counts the mounts waiting for their client's credentials.
+func (n *Node) countWaiting() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.waiting)
 }
 
 func (n *Node) countMounts() (in, out int) {
@@ -572,6 +635,9 @@ func (n *Node) Unmount(ctx context.Context, target string) error {
 }
 
 func (n *Node) unmount(ctx context.Context, target string, drain bool) error {
+	if n.dropWaiting(target) {
+		return nil
+	}
 	m, err := n.find(ctx, target)
 	if err != nil {
 		return err
@@ -672,7 +738,7 @@ func (n *Node) Status() []MountStatus {
 	n.mu.Unlock()
 	out := make([]MountStatus, 0, len(ms))
 	for _, m := range ms {
-		s := MountStatus{MountInfo: m.info}
+		s := MountStatus{MountInfo: m.info, State: StateMounted}
 		s.BackendReadBytes, s.BackendRequests = m.metrics.backendFigures()
 		if m.view != nil {
 			v := m.view.Stats()
@@ -685,6 +751,7 @@ func (n *Node) Status() []MountStatus {
 		}
 		out = append(out, s)
 	}
+	out = append(out, n.waitingStatus()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Target < out[j].Target })
 	return out
 }

@@ -26,6 +26,8 @@ type Settings struct {
 	Shared  SharedCacheSettings
 	Backend all.Options
 	Output  OutputSettings
+	// Identity: where a mount's role is assumed with its pod's token.
+	Identity IdentitySettings
 }
 
 // SharedCacheSettings configure the shared block-cache tier that input
@@ -312,6 +314,9 @@ func Table() []Option {
 		strOpt("oss-credentials-file", GroupOSS, ScopeNode, "",
 			"file with accessKeyID/accessKeySecret[/stsToken] lines (mode 0600); default: the OSS_ACCESS_KEY_* environment",
 			func(s *Settings) *string { return &s.Backend.OSS.CredentialsFile }),
+		strOpt("oss-sts-endpoint", GroupOSS, ScopeNode, "",
+			"Alibaba Cloud STS host where a mount that brings an OSS role and a pod's OIDC token (RRSA) assumes it, always over HTTPS (default: sts.aliyuncs.com, or sts.$ALIBABA_CLOUD_STS_REGION.aliyuncs.com)",
+			func(s *Settings) *string { return &s.Identity.OSSSTSEndpoint }),
 		sizeOpt("oss-multipart-threshold", GroupOSS, ScopeMount, "16MiB", 0, 5<<30,
 			"OSS writes larger than this use a multipart upload",
 			func(s *Settings) *int64 { return &s.Backend.OSS.MultipartThreshold }),
@@ -342,6 +347,9 @@ func Table() []Option {
 		strOpt("s3-region", GroupS3, ScopeMount, "",
 			"S3 region when the URI has no region= (default $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1)",
 			func(s *Settings) *string { return &s.Backend.S3.Region }),
+		strOpt("s3-sts-endpoint", GroupS3, ScopeNode, "",
+			"AWS STS endpoint URL where a mount that brings an IAM role and a pod's web identity token (IRSA) assumes it (default: the SDK's, for the S3 region)",
+			func(s *Settings) *string { return &s.Identity.S3STSEndpoint }),
 		{Name: "s3-path-style", Group: GroupS3, Scope: ScopeMount, Kind: "string",
 			Help: `S3 addressing when the URI has no path_style=: "true" (host/bucket/key), "false" (bucket.host/key), "" (path style with an endpoint, virtual-hosted on AWS)`,
 			set: func(s *Settings, v string) error {

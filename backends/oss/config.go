@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"strings"
+
+	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
 )
 
 // credentials are an access key pair and an optional STS token. They are
@@ -36,6 +38,35 @@ func (c Credentials) GoString() string { return c.String() }
 func (c Credentials) MarshalJSON() ([]byte, error) {
 	return []byte(fmt.Sprintf("{%q:%q}", "access_key_id", c.AccessKeyID)), nil
 }
+
+// providerFunc is Options.Provider as the SDK asks for keys: through
+// GetCredentialsE, which fails the request with the provider's error (a
+// role that cannot be assumed), rather than signing with empty keys.
+type providerFunc func() (Credentials, error)
+
+// GetCredentials implements alioss.CredentialsProvider.
+func (p providerFunc) GetCredentials() alioss.Credentials {
+	c, _ := p.GetCredentialsE()
+	return c
+}
+
+// GetCredentialsE implements alioss.CredentialsProviderE.
+func (p providerFunc) GetCredentialsE() (alioss.Credentials, error) {
+	c, err := p()
+	if err != nil {
+		return credentials{}, err
+	}
+	return credentials{id: c.AccessKeyID, secret: c.AccessKeySecret, token: c.SecurityToken}, nil
+}
+
+// GetAccessKeyID implements alioss.Credentials.
+func (c credentials) GetAccessKeyID() string { return c.id }
+
+// GetAccessKeySecret implements alioss.Credentials.
+func (c credentials) GetAccessKeySecret() string { return c.secret }
+
+// GetSecurityToken implements alioss.Credentials.
+func (c credentials) GetSecurityToken() string { return c.token }
 
 // loadCredentials returns given when set, else reads the credentials file
 // when one is given, otherwise OSS_ACCESS_KEY_ID, OSS_ACCESS_KEY_SECRET and

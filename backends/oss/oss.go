@@ -43,6 +43,12 @@ type Options struct {
 	// environment (a node daemon mounts with the credentials of the client
 	// that asked).
 	Credentials *Credentials
+	// Provider, when set, is asked for the keys of every request, before
+	// Credentials, CredentialsFile and the environment: a node daemon's
+	// mount whose keys are refreshed (a role assumed with a pod's token,
+	// or keys a republish rotates) while the mount is live. It caches;
+	// an error fails the request that asked, naming the provider's source.
+	Provider func() (Credentials, error) `json:"-"`
 	// MultipartThreshold: writes larger than this use a multipart upload
 	// (default 16 MiB); smaller ones are one PUT.
 	MultipartThreshold int64
@@ -157,9 +163,11 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if err != nil {
 		return nil, err
 	}
-	cred, err := loadCredentials(opt.CredentialsFile, opt.Credentials)
-	if err != nil {
-		return nil, err
+	var cred credentials
+	if opt.Provider == nil {
+		if cred, err = loadCredentials(opt.CredentialsFile, opt.Credentials); err != nil {
+			return nil, err
+		}
 	}
 	copts := []alioss.ClientOption{
 		alioss.EnableCRC(true),
@@ -169,6 +177,9 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	}
 	if cred.token != "" {
 		copts = append(copts, alioss.SecurityToken(cred.token))
+	}
+	if opt.Provider != nil {
+		copts = append(copts, alioss.SetCredentialsProvider(providerFunc(opt.Provider)))
 	}
 	if hc := newHTTPClient(strings.HasPrefix(epURL, "https:"), opt.ConnectTimeout, rwTimeout); hc != nil {
 		copts = append(copts, alioss.HTTPClient(hc))

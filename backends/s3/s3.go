@@ -60,6 +60,11 @@ type Options struct {
 	// AWS_SESSION_TOKEN are used. A URI's profile= parameter picks its own
 	// section of this file (or of $AWS_SHARED_CREDENTIALS_FILE).
 	CredentialsFile string
+	// Provider, when set, is asked for the keys of requests (it caches),
+	// instead of CredentialsFile, a profile and the environment: a node
+	// daemon's mount with a client's keys or a role assumed with a pod's
+	// web identity token, refreshed while the mount is live.
+	Provider aws.CredentialsProvider `json:"-"`
 	// MultipartThreshold: writes larger than this use a multipart upload
 	// (default 16 MiB); smaller ones are one PUT.
 	MultipartThreshold int64
@@ -202,9 +207,13 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if err != nil {
 		return nil, err
 	}
-	cred, err := loadCredentials(opt.CredentialsFile, u.Profile)
-	if err != nil {
-		return nil, err
+	prov := opt.Provider
+	if prov == nil {
+		cred, err := loadCredentials(opt.CredentialsFile, u.Profile)
+		if err != nil {
+			return nil, err
+		}
+		prov = awscreds.NewStaticCredentialsProvider(cred.id, cred.secret, cred.token)
 	}
 	dialer := &net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}
 	hc := &http.Client{Transport: &http.Transport{
@@ -226,7 +235,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	}}
 	so := s3.Options{
 		Region:       ep.region,
-		Credentials:  awscreds.NewStaticCredentialsProvider(cred.id, cred.secret, cred.token),
+		Credentials:  prov,
 		HTTPClient:   hc,
 		UsePathStyle: ep.pathStyle,
 		Retryer:      aws.NopRetryer{},

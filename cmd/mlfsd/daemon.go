@@ -252,13 +252,16 @@ func sdNotify(state string) error {
 }
 
 // daemonCredentials are the credentials a client sends with its mount
-// requests: the OSS keys of its environment, its HDFS user. They travel in
-// the request body only.
+// requests: the OSS and S3 keys of its environment, its HDFS user. They
+// travel in the request body only.
 func daemonCredentials() node.Credentials {
 	return node.Credentials{
 		OSSAccessKeyID:     os.Getenv("OSS_ACCESS_KEY_ID"),
 		OSSAccessKeySecret: os.Getenv("OSS_ACCESS_KEY_SECRET"),
 		OSSSecurityToken:   os.Getenv("OSS_SESSION_TOKEN"),
+		S3AccessKeyID:      os.Getenv("AWS_ACCESS_KEY_ID"),
+		S3SecretAccessKey:  os.Getenv("AWS_SECRET_ACCESS_KEY"),
+		S3SessionToken:     os.Getenv("AWS_SESSION_TOKEN"),
 		HDFSUser:           os.Getenv("HADOOP_USER_NAME"),
 	}
 }

@@ -22,7 +22,7 @@ func printStatus(w io.Writer, st []node.MountStatus, asJSON bool) error {
 		return e.Encode(st)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tKIND\tURI\tSERVED\tFROM STORE\tUPLOAD PENDING\tFAILED")
+	fmt.Fprintln(tw, "TARGET\tKIND\tSTATE\tURI\tSERVED\tFROM STORE\tUPLOAD PENDING\tFAILED")
 	for _, s := range st {
 		k := "output"
 		if s.ReadOnly {
@@ -32,7 +32,13 @@ func printStatus(w io.Writer, st []node.MountStatus, asJSON bool) error {
 		if !s.ReadOnly {
 			pending = fmt.Sprintf("%d files, %s", s.UploadPendingFiles, humanize.IBytes(uint64(s.UploadPendingBytes)))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", s.Target, k, s.URI, humanize.IBytes(uint64(s.ReadBytes)),
+		state := s.State
+		if state == node.StateWaitingCredentials {
+			// Said plainly: the mount is not served until its client
+			// (a pod's republish) brings its credentials again.
+			state = "waiting for its client's credentials"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", s.Target, k, state, s.URI, humanize.IBytes(uint64(s.ReadBytes)),
 			humanize.IBytes(uint64(s.BackendReadBytes)), pending, s.UploadFailedFiles)
 	}
 	return tw.Flush()

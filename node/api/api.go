@@ -34,32 +34,18 @@ type MountRequest struct {
 	Credentials *Credentials      `json:"credentials,omitempty"`
 }
 
-// Credentials are node.Credentials on the wire. This type exists only in
-// request bodies; node.Credentials redacts itself everywhere else.
-type Credentials struct {
-	OSSAccessKeyID     string `json:"oss_access_key_id,omitempty"`
-	OSSAccessKeySecret string `json:"oss_access_key_secret,omitempty"`
-	OSSSecurityToken   string `json:"oss_security_token,omitempty"`
-	HDFSUser           string `json:"hdfs_user,omitempty"`
-}
-
-// String keeps the wire type from printing its secret, too.
-func (c Credentials) String() string { return c.node().String() }
-
-// GoString redacts %#v.
-func (c Credentials) GoString() string { return c.node().String() }
-
-func (c Credentials) node() node.Credentials {
-	return node.Credentials{OSSAccessKeyID: c.OSSAccessKeyID, OSSAccessKeySecret: c.OSSAccessKeySecret,
-		OSSSecurityToken: c.OSSSecurityToken, HDFSUser: c.HDFSUser}
-}
+// Credentials are node.Credentials on the wire: every row of
+// node.CredentialTable by its WireName (oss_access_key_id, s3_role_arn,
+// s3_web_identity_token, ...), secrets included. This type exists only in
+// request bodies; formatted or logged it redacts itself, and the server
+// never logs a body.
+type Credentials = node.SecretCredentials
 
 func wireCredentials(c node.Credentials) *Credentials {
 	if c.IsZero() {
 		return nil
 	}
-	return &Credentials{OSSAccessKeyID: c.OSSAccessKeyID, OSSAccessKeySecret: c.OSSAccessKeySecret,
-		OSSSecurityToken: c.OSSSecurityToken, HDFSUser: c.HDFSUser}
+	return &Credentials{Credentials: c}
 }
 
 // UnmountRequest is the body of POST /v1/unmount and /v1/drain.

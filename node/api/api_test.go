@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -116,10 +118,28 @@ func TestErrorsAreClear(t *testing.T) {
 }
 
 func TestWireCredentialsRedacted(t *testing.T) {
-	c := Credentials{OSSAccessKeyID: "AKID", OSSAccessKeySecret: "s3cr3t"}
-	for _, s := range []string{c.String(), c.GoString()} {
-		if strings.Contains(s, "s3cr3t") {
+	c := Credentials{Credentials: node.Credentials{OSSAccessKeyID: "AKID", OSSAccessKeySecret: "s3cr3t", S3RoleARN: "arn:aws:iam::1:role/r", S3WebIdentityToken: "w3b-t0ken"}}
+	for _, s := range []string{c.String(), c.GoString(), fmt.Sprint(c), fmt.Sprintf("%+v", c)} {
+		if strings.Contains(s, "s3cr3t") || strings.Contains(s, "w3b-t0ken") {
 			t.Errorf("secret in %q", s)
 		}
+	}
+	// On the wire, whole: the daemon needs the secrets.
+	data, err := json.Marshal(MountRequest{URI: "s3://b/p/", Target: "/t", Credentials: &c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back MountRequest
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Credentials.Credentials != c.Credentials {
+		t.Errorf("after the wire: %v", back.Credentials)
+	}
+	// A misspelt key is refused, not ignored (the node's own identity
+	// would be used instead).
+	err = json.Unmarshal([]byte(`{"uri":"s3://b/p/","target":"/t","credentials":{"s3_acess_key_id":"x"}}`), &back)
+	if err == nil || !strings.Contains(err.Error(), "s3_acess_key_id") {
+		t.Errorf("misspelt credential: %v", err)
 	}
 }

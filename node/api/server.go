@@ -180,7 +180,7 @@ func (s *Server) mount(w http.ResponseWriter, r *http.Request) {
 	}
 	nr := node.MountRequest{URI: req.URI, Target: req.Target, ReadOnly: req.ReadOnly, Options: req.Options}
 	if req.Credentials != nil {
-		nr.Credentials = req.Credentials.node()
+		nr.Credentials = req.Credentials.Credentials
 	}
 	s.log.Info("api: mount", "source", req.URI, "mountpoint", req.Target, "read_only", req.ReadOnly, "credentials", nr.Credentials)
 	info, err := s.n.Mount(r.Context(), nr)
