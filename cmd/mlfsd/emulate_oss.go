@@ -20,9 +20,11 @@ func newEmulateOSSCmd(a *app) *cobra.Command {
 	var (
 		root, listen, bandwidth, kinds string
 		keyID, secretFile              string
-		vhosts                         []string
-		anonymous                      bool
-		ttfb                           time.Duration
+		vhosts, stsRoles               []string
+		anonymous, mdToken             bool
+		ttfb, stsDuration              time.Duration
+		mdListen, mdRole, ctTokenFile  string
+		caOut                          string
 		rate                           float64
 		seed                           uint64
 	)
@@ -46,13 +48,34 @@ Point mlfsd at it with --oss-endpoint http://ADDR (or oss://bucket.ADDR/prefix/)
 and the same OSS_ACCESS_KEY_ID / OSS_ACCESS_KEY_SECRET, or, over S3, with
 s3://bucket/prefix/?endpoint=http://ADDR (or --s3-endpoint http://ADDR) and the
 pair as AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY. Request counters are
-served as JSON at http://ADDR` + ossemu.StatsPath + `.`,
+served as JSON at http://ADDR` + ossemu.StatsPath + `.
+
+ADDR is also an STS endpoint: Alibaba Cloud's AssumeRoleWithOIDC and AssumeRole
+(the latter signed with the emulator's pair) and AWS's AssumeRoleWithWebIdentity
+(AWS_ENDPOINT_URL_STS=http://ADDR). They issue keys living --sts-duration that
+OSS and S3 requests may then use with their token; once expired, such a key gets
+the store's own error (OSS 403 SecurityTokenExpired, S3 400 ExpiredToken).
+--sts-role limits the roles that may be assumed.
+
+--metadata-listen ADDR2 serves, on a second address, the instance metadata of
+ECS (RAM role) and EC2 (IMDSv2, AWS_EC2_METADATA_SERVICE_ENDPOINT=http://ADDR2),
+a credentials URI (ALIBABA_CLOUD_CREDENTIALS_URI=http://ADDR2` + ossemu.AlibabaCredentialsURIPath + `) and
+container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI=http://ADDR2` + ossemu.AWSContainerCredentialsPath + `).
+ADDR2 is also a proxy for the endpoints SDKs do not let one move: with
+HTTP_PROXY=http://ADDR2 a request for http://100.100.100.200/ (ECS metadata) is
+answered there, and with HTTPS_PROXY=http://ADDR2 any https host (sts.aliyuncs.com)
+is the emulator itself, over TLS under an authority whose certificate is written
+to --ca-cert-out for SSL_CERT_FILE.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if root == "" {
 				return errors.New("emulate oss: --root DIR is required")
 			}
-			opt := ossemu.Options{TTFB: ttfb, ErrorRate: rate, Seed: seed, Log: a.log, Anonymous: anonymous, VirtualHosts: vhosts}
+			if stsDuration < 0 {
+				return fmt.Errorf("--sts-duration %v: want a positive duration", stsDuration)
+			}
+			opt := ossemu.Options{TTFB: ttfb, ErrorRate: rate, Seed: seed, Log: a.log, Anonymous: anonymous, VirtualHosts: vhosts,
+				STSDuration: stsDuration, STSRoles: stsRoles}
 			if !anonymous {
 				id, secret, err := emulatorKeys(keyID, secretFile)
 				if err != nil {
@@ -82,7 +105,39 @@ served as JSON at http://ADDR` + ossemu.StatsPath + `.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			a.log.Info("OSS emulator serving", "addr", l.Addr().String(), "endpoint", "http://"+l.Addr().String(),
+			if mdListen != "" {
+				mopt := ossemu.MetadataOptions{RoleName: mdRole, RequireToken: mdToken}
+				if ctTokenFile != "" {
+					b, err := os.ReadFile(ctTokenFile)
+					if err != nil {
+						return fmt.Errorf("--container-auth-token-file: %w", err)
+					}
+					mopt.ContainerAuthToken = strings.TrimSpace(string(b))
+				}
+				if caOut != "" {
+					pem, err := srv.CACertPEM()
+					if err == nil {
+						err = os.WriteFile(caOut, pem, 0o644)
+					}
+					if err != nil {
+						return fmt.Errorf("--ca-cert-out: %w", err)
+					}
+				}
+				ml, err := net.Listen("tcp", mdListen)
+				if err != nil {
+					return fmt.Errorf("emulate oss: metadata: %w", err)
+				}
+				mdone := make(chan error, 1)
+				go func() { mdone <- srv.ServeMetadata(ctx, ml, mopt) }()
+				defer func() {
+					stop()
+					if err := <-mdone; err != nil {
+						a.log.Error("OSS emulator metadata", "err", err)
+					}
+				}()
+				a.log.Info("OSS emulator metadata serving", "addr", ml.Addr().String(), "role", mopt.RoleName, "require_token", mdToken)
+			}
+			a.log.Info("OSS emulator serving", "addr", l.Addr().String(), "endpoint", "http://"+l.Addr().String(), "sts_duration", srvSTSDuration(stsDuration),
 				"root", srv.Root(), "access_key_id", keyIDShown(opt), "anonymous", anonymous, "ttfb", ttfb, "conn_bandwidth", opt.ConnBandwidth, "error_rate", rate, "error_kinds", kinds, "seed", seed)
 			if err := srv.Serve(ctx, l); err != nil {
 				return fmt.Errorf("emulate oss: %w", err)
@@ -103,6 +158,13 @@ served as JSON at http://ADDR` + ossemu.StatsPath + `.`,
 	f.StringVar(&secretFile, "access-key-secret-file", "", "file holding the access key secret (default $OSS_ACCESS_KEY_SECRET)")
 	f.BoolVar(&anonymous, "anonymous", false, "accept any request, signed or not")
 	f.StringSliceVar(&vhosts, "virtual-host", nil, "host name under which BUCKET.NAME addresses a bucket (default localhost)")
+	f.DurationVar(&stsDuration, "sts-duration", ossemu.DefaultSTSDuration, "lifetime of the keys STS and the metadata endpoints issue, e.g. 60s")
+	f.StringSliceVar(&stsRoles, "sts-role", nil, "role ARN STS lets be assumed (repeatable; default any well-formed ARN)")
+	f.StringVar(&mdListen, "metadata-listen", "", "address of the metadata endpoints and proxy (default off)")
+	f.StringVar(&mdRole, "metadata-role", "", "the instance's role name (default mlfsd-emulator-role)")
+	f.BoolVar(&mdToken, "metadata-require-token", false, "refuse metadata reads without a session token (ECS hardened mode, IMDSv2 only)")
+	f.StringVar(&ctTokenFile, "container-auth-token-file", "", "file holding the Authorization token container credentials demand")
+	f.StringVar(&caOut, "ca-cert-out", "", "write the emulator's TLS authority certificate (PEM) here")
 	return c
 }
 
@@ -143,4 +205,11 @@ func keyIDShown(opt ossemu.Options) string {
 		return ossemu.DefaultAccessKeyID
 	}
 	return opt.AccessKeyID
+}
+
+func srvSTSDuration(d time.Duration) time.Duration {
+	if d == 0 {
+		return ossemu.DefaultSTSDuration
+	}
+	return d
 }

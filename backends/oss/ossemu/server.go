@@ -74,6 +74,15 @@ type Options struct {
 	// Alibaba provider and the SDKs without path style send). "localhost"
 	// when empty. BUCKET.IP (e.g. bkt.127.0.0.1:9000) is always understood.
 	VirtualHosts []string
+	// STSDuration is the lifetime of the keys the STS endpoints (sts.go)
+	// and the metadata endpoints (metadata.go) issue; a caller asking for
+	// less gets less. DefaultSTSDuration when zero. Requests signed with an
+	// issued key after it expired are refused with the store's own error
+	// (OSS: 403 SecurityTokenExpired; S3: 400 ExpiredToken).
+	STSDuration time.Duration
+	// STSRoles are the role ARNs STS lets be assumed; empty allows any
+	// well-formed one (acs:ram::ACCOUNT:role/NAME, arn:aws:iam::ACCOUNT:role/NAME).
+	STSRoles []string
 	// Log receives one line per failed request at debug level (and the
 	// server's own errors). Nil discards.
 	Log *slog.Logger
@@ -105,6 +114,10 @@ type Server struct {
 	rng     *mrand.Rand
 	errRate float64
 	kinds   []FaultKind
+	// ca signs the TLS certificates of tunnelled connections (metadata.go).
+	ca tlsAuthority
+	// tempKeys are the keys STS and the metadata endpoints issued, by id.
+	tempKeys map[string]TempKey
 }
 
 // New returns a server for the directory root, which must exist and live on
@@ -165,6 +178,8 @@ func New(root string, opt Options) (*Server, error) {
 		rng:     mrand.New(mrand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
 		errRate: opt.ErrorRate,
 		kinds:   kinds,
+
+		tempKeys: map[string]TempKey{},
 	}, nil
 }
 
@@ -322,6 +337,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Server", "ossemu")
 	s.count("requests")
 
+	if isSTS(r) {
+		s.serveSTS(w, r, rc.id)
+		return
+	}
 	if b := s.hostBucket(r.Host); b != "" {
 		rc.bucket, rc.key, rc.vhost = b, strings.TrimPrefix(r.URL.Path, "/"), true
 	} else if p := strings.TrimPrefix(r.URL.Path, "/"); p != "" {

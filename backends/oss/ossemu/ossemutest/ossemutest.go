@@ -57,3 +57,26 @@ func StartBucket(t testing.TB, bucket string, opt ossemu.Options) (srv *ossemu.S
 	srv, endpoint = Start(t, root, opt)
 	return srv, endpoint, root
 }
+
+// StartMetadata serves srv's metadata endpoints (instance metadata, a
+// credentials URI, container credentials, and the proxy that reaches
+// fixed SDK endpoints: see ossemu.Server.ServeMetadata) on a free loopback
+// port until the test ends, and returns their base URL
+// ("http://127.0.0.1:PORT").
+func StartMetadata(t testing.TB, srv *ossemu.Server, opt ossemu.MetadataOptions) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeMetadata(ctx, l, opt) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("OSS emulator metadata: %v", err)
+		}
+	})
+	return "http://" + l.Addr().String()
+}
