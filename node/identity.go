@@ -68,15 +68,25 @@ func newIdentity(c Credentials, set IdentitySettings, region, target string) (*i
 			o.RoleSessionName = id.name
 			o.Duration = roleSessionDuration
 		})
-		id.s3Role = aws.NewCredentialsCache(p, func(o *aws.CredentialsCacheOptions) {
-			// Refreshed with a fifth of their life left (12 min of an
-			// hour, 12 s of a minute), so that no request in flight is
-			// signed with keys about to expire.
-			o.ExpiryWindow = roleSessionDuration / 5
-			o.ExpiryWindowJitterFrac = 0
-		})
+		id.s3Role = aws.NewCredentialsCache(earlier{p})
 	}
 	return id, nil
+}
+
+// earlier has keys refreshed with a fifth of their life left (12 min of
+// an hour, 12 s of a minute, whatever the STS granted), so that no
+// request in flight is signed with keys about to expire. A fixed window
+// would refresh at every request keys that live less than it.
+type earlier struct{ p aws.CredentialsProvider }
+
+// Retrieve implements aws.CredentialsProvider.
+func (e earlier) Retrieve(ctx context.Context) (aws.Credentials, error) {
+	c, err := e.p.Retrieve(ctx)
+	if err == nil && c.CanExpire {
+		now := time.Now()
+		c.Expires = now.Add(c.Expires.Sub(now) * 4 / 5)
+	}
+	return c, err
 }
 
 // sessionName makes a role session name of a mount target (the pod's
