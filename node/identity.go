@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -62,14 +63,6 @@ func newIdentity(c Credentials, set IdentitySettings, region, target string) (*i
 	if err := id.update(c); err != nil {
 		return nil, err
 	}
-	if c.S3RoleARN != "" {
-		client := sts.New(sts.Options{Region: region, BaseEndpoint: nonEmpty(set.S3STSEndpoint)})
-		p := stscreds.NewWebIdentityRoleProvider(client, c.S3RoleARN, tokenFunc(id.s3Token), func(o *stscreds.WebIdentityRoleOptions) {
-			o.RoleSessionName = id.name
-			o.Duration = roleSessionDuration
-		})
-		id.s3Role = aws.NewCredentialsCache(earlier{p})
-	}
 	return id, nil
 }
 
@@ -116,13 +109,17 @@ func nonEmpty(s string) *string {
 	return &s
 }
 
-// update replaces the credentials with c, which must name the same
-// identity (the caller checked): a new token is used from the next
-// request on, a rotated key at once.
+// update replaces the credentials with c: rotated keys are used at once;
+// a role, a provider or a token that changed is assumed again at the next
+// request (check does at once).
 func (id *identity) update(c Credentials) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if c.OSSRoleARN != "" && (id.ossRole == nil || c.OSSOIDCToken != id.cur.OSSOIDCToken) {
+	old := id.cur
+	switch {
+	case c.OSSRoleARN == "":
+		id.ossRole = nil
+	case id.ossRole == nil || c.OSSRoleARN != old.OSSRoleARN || c.OSSOIDCProviderARN != old.OSSOIDCProviderARN || c.OSSOIDCToken != old.OSSOIDCToken:
 		b := providers.NewOIDCCredentialsProviderBuilder().
 			WithRoleArn(c.OSSRoleARN).
 			WithOIDCProviderARN(c.OSSOIDCProviderARN).
@@ -138,11 +135,20 @@ func (id *identity) update(c Credentials) error {
 		}
 		id.ossRole = p
 	}
-	tokenChanged := c.S3WebIdentityToken != id.cur.S3WebIdentityToken
-	id.cur = c
-	if tokenChanged && id.s3Role != nil {
+	switch {
+	case c.S3RoleARN == "":
+		id.s3Role = nil
+	case id.s3Role == nil || c.S3RoleARN != old.S3RoleARN:
+		client := sts.New(sts.Options{Region: id.region, BaseEndpoint: nonEmpty(id.set.S3STSEndpoint)})
+		p := stscreds.NewWebIdentityRoleProvider(client, c.S3RoleARN, tokenFunc(id.s3Token), func(o *stscreds.WebIdentityRoleOptions) {
+			o.RoleSessionName = id.name
+			o.Duration = roleSessionDuration
+		})
+		id.s3Role = aws.NewCredentialsCache(earlier{p})
+	case c.S3WebIdentityToken != old.S3WebIdentityToken:
 		id.s3Role.Invalidate()
 	}
+	id.cur = c
 	return nil
 }
 
@@ -181,11 +187,13 @@ func (id *identity) ossSTS() string {
 
 // Retrieve implements aws.CredentialsProvider: the S3 keys to sign with.
 func (id *identity) Retrieve(ctx context.Context) (aws.Credentials, error) {
-	c := id.current()
-	if c.S3RoleARN == "" {
+	id.mu.Lock()
+	c, role := id.cur, id.s3Role
+	id.mu.Unlock()
+	if role == nil {
 		return aws.Credentials{AccessKeyID: c.S3AccessKeyID, SecretAccessKey: c.S3SecretAccessKey, SessionToken: c.S3SessionToken, Source: "mlfsd mount request"}, nil
 	}
-	k, err := id.s3Role.Retrieve(ctx)
+	k, err := role.Retrieve(ctx)
 	if err != nil {
 		ep := id.set.S3STSEndpoint
 		if ep == "" {
@@ -294,12 +302,11 @@ func (n *Node) backendFor(ctx context.Context, u backends.URI, set Settings, req
 	return b, key, release, id, err
 }
 
-// refresh gives live mount m the credentials of a republish: the same
-// identity (sameRequest checked it) with a fresh token or rotated keys.
-// Keys for a role are obtained with the new token at once; if the STS
-// refuses it, the mount keeps the credentials it had and the error says
-// why.
-func (m *mount) refresh(ctx context.Context, c Credentials) error {
+// refresh gives live mount m the credentials of a republish: a fresh
+// token, rotated keys, or (a Secret changed) another key. Keys for the
+// mount's role are obtained with them at once; if the STS refuses, the
+// mount keeps the credentials it had and the error says why.
+func (m *mount) refresh(ctx context.Context, c Credentials, log *slog.Logger) error {
 	old := m.id.current()
 	if old.fingerprint() == c.fingerprint() {
 		return nil
@@ -315,6 +322,11 @@ func (m *mount) refresh(ctx context.Context, c Credentials) error {
 			return errors.Join(err, rerr)
 		}
 		return fmt.Errorf("refresh the credentials of %s: %w (it keeps the ones it had)", m.req.Target, err)
+	}
+	if sameIdentity(old, c) {
+		log.Info("credentials refreshed", "mountpoint", m.req.Target, "credentials", c)
+	} else {
+		log.Warn("credentials replaced by another identity", "mountpoint", m.req.Target, "was", old, "now", c)
 	}
 	return nil
 }

@@ -220,16 +220,15 @@ func New(ctx context.Context, opt Options) (*Node, error) {
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 
 // sameRequest reports whether req asks for mount m: the same channel,
-// mode and options, and the same identity (its secrets may be fresh ones).
+// mode and options, and credentials if m was made with some (fresh ones:
+// a republish brings a new token, or keys rotated in a Secret). A mount
+// made on the node's own identity takes no credentials, nor the reverse.
 func sameRequest(m *mount, req MountRequest) bool {
 	a := m.req
 	if a.URI != req.URI || a.ReadOnly != req.ReadOnly || !maps.Equal(a.Options, req.Options) {
 		return false
 	}
-	if m.id == nil {
-		return req.Credentials.IsZero()
-	}
-	return sameIdentity(m.id.current(), req.Credentials)
+	return (m.id == nil) == req.Credentials.IsZero()
 }
 
 // ErrNeedsCredentials refuses a request without credentials for a mount
@@ -313,10 +312,9 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (_ MountInfo, err er
 			return MountInfo{}, m.err
 		}
 		if m.id != nil {
-			if err := m.refresh(ctx, req.Credentials); err != nil {
+			if err := m.refresh(ctx, req.Credentials, n.log); err != nil {
 				return MountInfo{}, err
 			}
-			n.log.Info("credentials refreshed", "mountpoint", target, "credentials", req.Credentials)
 		}
 		return m.info, nil
 	}
