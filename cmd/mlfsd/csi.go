@@ -17,7 +17,7 @@ import (
 )
 
 func newCSICmd(a *app) *cobra.Command {
-	var endpoint, nodeID, daemon, name string
+	var endpoint, nodeID, daemon, name, ossAudience, s3Audience string
 	var drainTimeout time.Duration
 	c := &cobra.Command{
 		Use:   "csi --endpoint unix:///csi/csi.sock --node-id NAME [--daemon SOCKET]",
@@ -30,6 +30,12 @@ output and unmounts. With --daemon, the node daemon on that API socket makes
 the mounts (one shared cache for every pod of the node); otherwise they are
 served by this process. CreateVolume and DeleteVolume give each dynamically
 provisioned volume its own prefix under a StorageClass's uri.
+
+A volume whose attributes name oss-role-arn (with oss-oidc-provider-arn) or
+s3-role-arn is mounted with the pod's own short-lived keys: the pod's
+service-account token (the CSIDriver object's tokenRequests) is exchanged
+for them by AssumeRoleWithOIDC (RRSA) or AssumeRoleWithWebIdentity (IRSA),
+and every republish (requiresRepublish) refreshes them on the live mount.
 
 See deploy/kubernetes/ for the manifests.`,
 		Args: cobra.NoArgs,
@@ -58,6 +64,7 @@ See deploy/kubernetes/ for the manifests.`,
 			d, err := csidriver.New(csidriver.Options{
 				Name: name, Version: version, NodeID: nodeID, Mounter: m,
 				Settings: a.settings, DrainTimeout: drainTimeout, Log: a.log,
+				OSSAudience: ossAudience, S3Audience: s3Audience,
 			})
 			if err != nil {
 				return err
@@ -77,6 +84,10 @@ See deploy/kubernetes/ for the manifests.`,
 	f.StringVar(&name, "driver-name", csidriver.DefaultName, "CSI driver name")
 	f.DurationVar(&drainTimeout, "unpublish-drain-timeout", 10*time.Minute,
 		"how long NodeUnpublishVolume waits for an output's uploads before unmounting anyway (the rest stays journaled)")
+	f.StringVar(&ossAudience, "oss-token-audience", csidriver.DefaultOSSAudience,
+		"audience of the pod's service-account token exchanged for an OSS role (RRSA); the CSIDriver object's tokenRequests must ask for it")
+	f.StringVar(&s3Audience, "s3-token-audience", csidriver.DefaultS3Audience,
+		"audience of the pod's service-account token exchanged for an S3 role (IRSA); the CSIDriver object's tokenRequests must ask for it")
 	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
 	c.MarkFlagRequired("node-id")
 	return c

@@ -136,6 +136,48 @@ func TestCSIDriver(t *testing.T) {
 	if !modes[storagev1.VolumeLifecyclePersistent] || !modes[storagev1.VolumeLifecycleEphemeral] {
 		t.Errorf("volumeLifecycleModes %v: want Persistent and Ephemeral", d.Spec.VolumeLifecycleModes)
 	}
+	// Per-pod identity: the pod's token for each STS, and republishes
+	// that refresh the keys it is exchanged for.
+	if d.Spec.RequiresRepublish == nil || !*d.Spec.RequiresRepublish {
+		t.Error("requiresRepublish must be true: a republish refreshes a pod's keys, and gives a restored mount its credentials back")
+	}
+	auds := map[string]bool{}
+	for _, tr := range d.Spec.TokenRequests {
+		auds[tr.Audience] = true
+		if tr.ExpirationSeconds != nil && *tr.ExpirationSeconds < 600 {
+			t.Errorf("tokenRequests %s: expirationSeconds %d is below Kubernetes' minimum of 600", tr.Audience, *tr.ExpirationSeconds)
+		}
+	}
+	for _, a := range []string{csidriver.DefaultOSSAudience, csidriver.DefaultS3Audience} {
+		if !auds[a] {
+			t.Errorf("tokenRequests %v: no audience %s", d.Spec.TokenRequests, a)
+		}
+	}
+}
+
+// TestPodIdentityPods: the RRSA and IRSA examples run as a service
+// account of their own and name a role on every volume, with attributes
+// the plugin accepts, and no Secret.
+func TestPodIdentityPods(t *testing.T) {
+	objs := load(t)
+	for name, roleAttr := range map[string]string{"train-rrsa": csidriver.AttrOSSRoleARN, "train-irsa": csidriver.AttrS3RoleARN} {
+		pod := get[*corev1.Pod](t, objs, "Pod", name)
+		get[*corev1.ServiceAccount](t, objs, "ServiceAccount", pod.Spec.ServiceAccountName)
+		c := container(t, pod.Spec, "train")
+		for _, path := range []string{"/ml/input/data/train", "/ml/output/model"} {
+			v := volume(t, pod.Spec, mountOf(t, c, path).Name)
+			if v.CSI == nil || v.CSI.Driver != csidriver.DefaultName {
+				t.Errorf("%s %s: not an inline %s volume", name, path, csidriver.DefaultName)
+				continue
+			}
+			if v.CSI.VolumeAttributes[roleAttr] == "" || v.CSI.NodePublishSecretRef != nil {
+				t.Errorf("%s %s: want %s and no secret: %+v", name, path, roleAttr, v.CSI)
+			}
+			if err := csidriver.CheckAttributes(v.CSI.VolumeAttributes); err != nil {
+				t.Errorf("%s %s: %v", name, path, err)
+			}
+		}
+	}
 }
 
 func container(t *testing.T, spec corev1.PodSpec, name string) corev1.Container {
