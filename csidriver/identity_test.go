@@ -27,6 +27,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/fs/mountinfo"
 	"github.com/mlfsd/mlfsd/node"
 )
 
@@ -72,12 +73,21 @@ func (s *syncBuffer) String() string {
 // and returns its Node client; everything both log goes to logs.
 func startPlugin(t *testing.T, set node.Settings, logs *syncBuffer) csi.NodeClient {
 	t.Helper()
+	c, _ := startPluginOn(t, node.Options{Settings: set}, logs)
+	return c
+}
+
+// startPluginOn is startPlugin with the node's options (a state dir) and
+// the node returned; the node is closed when the test ends.
+func startPluginOn(t *testing.T, opt node.Options, logs *syncBuffer) (csi.NodeClient, *node.Node) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	n, err := node.New(t.Context(), node.Options{Settings: set, Log: log})
+	opt.Log = log
+	n, err := node.New(t.Context(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Options{NodeID: "n1", Mounter: n, Settings: set, Log: log, DrainTimeout: time.Minute})
+	d, err := New(Options{NodeID: "n1", Mounter: n, Settings: opt.Settings, Log: log, DrainTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +113,7 @@ func startPlugin(t *testing.T, set node.Settings, logs *syncBuffer) csi.NodeClie
 			t.Errorf("node Close: %v", err)
 		}
 	})
-	return csi.NewNodeClient(conn)
+	return csi.NewNodeClient(conn), n
 }
 
 func publishRequest(target string, output bool, attrs map[string]string) *csi.NodePublishVolumeRequest {
@@ -348,4 +358,78 @@ func trustEmulatorSTS(t *testing.T, srv *ossemu.Server, proxy string) {
 	}
 	dt.TLSClientConfig = &tls.Config{RootCAs: pool}
 	t.Cleanup(func() { dt.Proxy, dt.TLSClientConfig = oldProxy, oldTLS })
+}
+
+// TestRestoredVolumeWaitsForRepublish: after a crash, a node started on
+// the mount table does not mount a pod's volume on its own identity (it
+// has none here, and would not use it): the volume waits, said so in
+// Status, until kubelet's republish brings the pod's token, and is then
+// mounted with the keys that token is exchanged for.
+func TestRestoredVolumeWaitsForRepublish(t *testing.T) {
+	noNodeIdentity(t)
+	const role = "arn:aws:iam::123456789012:role/trainer"
+	srv, ep, root := ossemutest.StartBucket(t, "bkt", ossemu.Options{STSDuration: time.Hour, STSRoles: []string{role}})
+	os.MkdirAll(filepath.Join(root, "bkt", "data"), 0o755)
+	os.WriteFile(filepath.Join(root, "bkt", "data", "a"), []byte("file a"), 0o644)
+	set := testSettings(t)
+	set.Identity.S3STSEndpoint = ep
+	stateDir := t.TempDir()
+	var logs syncBuffer
+	ctx := t.Context()
+	tok := podJWT(DefaultS3Audience, 1)
+	target := filepath.Join(t.TempDir(), "pods", "p1", "in")
+	req := publishRequest(target, false, map[string]string{AttrURI: "s3://bkt/data/", "s3-endpoint": ep, AttrS3RoleARN: role,
+		TokensKey: tokensContext(map[string]string{DefaultS3Audience: tok})})
+
+	c1, _ := startPluginOn(t, node.Options{Settings: set, StateDir: stateDir}, &logs)
+	if _, err := c1.NodePublishVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	table, err := os.ReadFile(filepath.Join(stateDir, "mounts.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(table), tok) || strings.Contains(string(table), role) {
+		t.Errorf("the mount table holds the pod's identity:\n%s", table)
+	}
+	// The crash: the node's table still lists the volume.
+	if _, err := c1.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: req.VolumeId, TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, "mounts.json"), table, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(target, 0o750)
+
+	c2, n2 := startPluginOn(t, node.Options{Settings: set, StateDir: stateDir}, &logs)
+	restored, err := n2.Restore(ctx)
+	if err != nil || len(restored) != 0 {
+		t.Fatalf("Restore: %v, %v (want nothing mounted)", restored, err)
+	}
+	st := n2.Status()
+	if len(st) != 1 || st[0].Target != target || st[0].State != node.StateWaitingCredentials {
+		t.Fatalf("status after the restart: %+v", st)
+	}
+	if _, mounted, err := mountinfo.Lookup(target); err != nil || mounted {
+		t.Fatalf("the volume is mounted before its pod's republish (%v, %v)", mounted, err)
+	}
+	issued := srv.Stats()["sts.issued"]
+	if _, err := c2.NodePublishVolume(ctx, req); err != nil {
+		t.Fatalf("republish: %v", err)
+	}
+	if got := catFile(t, filepath.Join(target, "a")); got != "file a" {
+		t.Errorf("read after the republish: %q", got)
+	}
+	if srv.Stats()["sts.issued"] != issued+1 {
+		t.Errorf("the republished volume did not assume the pod's role (stats %v)", srv.Stats())
+	}
+	if st := n2.Status(); len(st) != 1 || st[0].State != node.StateMounted {
+		t.Errorf("status after the republish: %+v", st)
+	}
+	if _, err := c2.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: req.VolumeId, TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), tok) {
+		t.Errorf("the pod's token reached the log")
+	}
 }

@@ -111,7 +111,12 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	_, statErr := os.Lstat(mreq.Target)
 	created := errors.Is(statErr, os.ErrNotExist)
 	if err := os.MkdirAll(mreq.Target, 0o750); err != nil {
-		return nil, status.Errorf(codes.Internal, "create target %s: %v", mreq.Target, err)
+		// A mount its daemon left stale (after a crash, waiting for this
+		// republish to bring its credentials) fails stat with ENOTCONN:
+		// the mounter detaches and mounts it again.
+		if mounted, merr := isMountpoint(mreq.Target); merr != nil || !mounted {
+			return nil, status.Errorf(codes.Internal, "create target %s: %v", mreq.Target, err)
+		}
 	}
 	if _, err := s.d.opt.Mounter.Mount(ctx, mreq); err != nil {
 		if created {
