@@ -1,6 +1,9 @@
 package api
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,5 +44,67 @@ func TestMountCarriesS3Credentials(t *testing.T) {
 	}
 	if err := c.Unmount(t.Context(), target); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAPINeverLogsCredentials: mount requests bringing every kind of
+// credential (accepted, and refused) leave no secret in the daemon's log
+// (at debug level) nor in its answers.
+func TestAPINeverLogsCredentials(t *testing.T) {
+	var logs strings.Builder
+	n := testNode(t)
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	l, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(n, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		<-done
+		n.Close(context.Background())
+	})
+	c := NewClient(sock)
+	src := t.TempDir()
+	secrets := []string{"oss-s3cret", "oss-sts-t0ken", "eyJ-oidc-t0ken", "s3-s3cret", "s3-sess-t0ken", "eyJ-web-t0ken"}
+	for i, cr := range []node.Credentials{
+		{OSSAccessKeyID: "LTAI-id", OSSAccessKeySecret: secrets[0], OSSSecurityToken: secrets[1],
+			S3RoleARN: "arn:aws:iam::1:role/r", S3WebIdentityToken: secrets[5], HDFSUser: "alice"},
+		{OSSRoleARN: "acs:ram::1:role/r", OSSOIDCProviderARN: "acs:ram::1:oidc-provider/p", OSSOIDCToken: secrets[2],
+			S3AccessKeyID: "AKIA-id", S3SecretAccessKey: secrets[3], S3SessionToken: secrets[4]},
+	} {
+		target := t.TempDir()
+		var answers []string
+		if _, err := c.Mount(t.Context(), node.MountRequest{URI: "nas://" + src + "/", Target: target, ReadOnly: true, Credentials: cr}); err != nil {
+			t.Fatalf("mount %d: %v", i, err)
+		}
+		// A refused one: half an identity.
+		half := cr
+		half.OSSAccessKeyID, half.OSSRoleARN, half.S3AccessKeyID, half.S3RoleARN = "", "", "", ""
+		if _, err := c.Mount(t.Context(), node.MountRequest{URI: "nas://" + src + "/", Target: t.TempDir(), ReadOnly: true, Credentials: half}); err == nil {
+			t.Errorf("half an identity accepted")
+		} else {
+			answers = append(answers, err.Error())
+		}
+		st, err := c.Status(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, fmt.Sprintf("%+v", st))
+		if err := c.Unmount(t.Context(), target); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range secrets {
+			for _, out := range append(answers, logs.String()) {
+				if strings.Contains(out, s) {
+					t.Errorf("secret %q in %s", s, out)
+				}
+			}
+		}
+	}
+	if !strings.Contains(logs.String(), "LTAI-id") {
+		t.Errorf("the mount requests were not logged (with their public fields):\n%s", logs.String())
 	}
 }
