@@ -77,6 +77,44 @@ func TestCredentials(t *testing.T) {
 	if _, err := credentials(map[string]string{SecretOSSAccessKeySecret: "x"}); err == nil {
 		t.Error("a secret without its key ID was accepted")
 	}
+	c, err = credentials(map[string]string{SecretS3AccessKeyID: "AKIA", SecretS3SecretAccessKey: "sec", SecretS3SessionToken: "tok"})
+	if err != nil || c != (node.Credentials{S3AccessKeyID: "AKIA", S3SecretAccessKey: "sec", S3SessionToken: "tok"}) {
+		t.Errorf("S3 secrets: %v, %v", c, err)
+	}
+}
+
+// TestPodIdentity: the pod's token for the role's audience is taken from
+// the volume context; a malformed tokens value, a missing audience, or
+// keys and a role for one store are errors that show no token.
+func TestPodIdentity(t *testing.T) {
+	const tok = "eyJ-pod-t0ken"
+	spec, err := parseAttributes(map[string]string{AttrURI: "s3://bkt/p/", AttrS3RoleARN: "arn:aws:iam::1:role/r",
+		AttrOSSRoleARN: "acs:ram::1:role/r", AttrOSSOIDCProviderARN: "acs:ram::1:oidc-provider/p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := podTokens(map[string]string{TokensKey: `{"sts.amazonaws.com":{"token":"` + tok + `","expirationTimestamp":"2030-01-01T00:00:00Z"},"sts.aliyuncs.com":{"token":"` + tok + `2"}}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := withPodIdentity(node.Credentials{}, spec, tokens, DefaultOSSAudience, DefaultS3Audience)
+	if err != nil || c.S3WebIdentityToken != tok || c.OSSOIDCToken != tok+"2" || c.S3RoleARN == "" || c.OSSOIDCProviderARN == "" {
+		t.Errorf("pod identity: %v, %v", c, err)
+	}
+	if _, err := podTokens(map[string]string{TokensKey: `{"sts.amazonaws.com":"` + tok}); err == nil || strings.Contains(err.Error(), tok) {
+		t.Errorf("malformed tokens: %v", err)
+	}
+	delete(tokens, DefaultOSSAudience)
+	if _, err := withPodIdentity(node.Credentials{}, spec, tokens, DefaultOSSAudience, DefaultS3Audience); err == nil || !strings.Contains(err.Error(), DefaultOSSAudience) {
+		t.Errorf("missing audience: %v", err)
+	}
+	if _, err := withPodIdentity(node.Credentials{S3AccessKeyID: "AKIA", S3SecretAccessKey: "s"}, spec, map[string]string{DefaultS3Audience: tok, DefaultOSSAudience: tok},
+		DefaultOSSAudience, DefaultS3Audience); err == nil || !strings.Contains(err.Error(), AttrS3RoleARN) {
+		t.Errorf("S3 keys and an S3 role: %v", err)
+	}
+	if _, err := parseAttributes(map[string]string{AttrURI: "oss://bkt/p/", AttrOSSRoleARN: "acs:ram::1:role/r"}); err == nil || !strings.Contains(err.Error(), AttrOSSOIDCProviderARN) {
+		t.Errorf("an OSS role without its provider: %v", err)
+	}
 }
 
 func TestVolumeID(t *testing.T) {
