@@ -37,30 +37,6 @@ func (c Credentials) MarshalJSON() ([]byte, error) {
 	return []byte(fmt.Sprintf("{%q:%q}", "access_key_id", c.AccessKeyID)), nil
 }
 
-// loadCredentials returns given when set, else reads the credentials file
-// when one is given, otherwise OSS_ACCESS_KEY_ID, OSS_ACCESS_KEY_SECRET and
-// OSS_SESSION_TOKEN.
-func loadCredentials(file string, given *Credentials) (credentials, error) {
-	if given != nil {
-		if given.AccessKeyID == "" || given.AccessKeySecret == "" {
-			return credentials{}, errors.New("OSS credentials given without an access key ID and secret")
-		}
-		return credentials{id: given.AccessKeyID, secret: given.AccessKeySecret, token: given.SecurityToken}, nil
-	}
-	if file != "" {
-		return readCredentialsFile(file)
-	}
-	c := credentials{
-		id:     os.Getenv("OSS_ACCESS_KEY_ID"),
-		secret: os.Getenv("OSS_ACCESS_KEY_SECRET"),
-		token:  os.Getenv("OSS_SESSION_TOKEN"),
-	}
-	if c.id == "" || c.secret == "" {
-		return credentials{}, errors.New("no OSS credentials: set OSS_ACCESS_KEY_ID and OSS_ACCESS_KEY_SECRET (and OSS_SESSION_TOKEN for STS), or pass --oss-credentials-file")
-	}
-	return c, nil
-}
-
 // readCredentialsFile parses "key = value" lines (ossutil's config format,
 // or an env file): accessKeyID / OSS_ACCESS_KEY_ID, accessKeySecret /
 // OSS_ACCESS_KEY_SECRET, stsToken / OSS_SESSION_TOKEN. Sections, comments
