@@ -200,3 +200,11 @@ func resolveSigning(host string, local bool, optRegion, version string) (alioss.
 	}
 	return alioss.AuthV4, region, nil
 }
+
+// SecretEnv returns the environment variables that hold OSS keys or
+// tokens the backend (or credentials-go's chain) reads: never for the
+// job's eyes.
+func SecretEnv() []string {
+	return []string{"OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET", "OSS_SESSION_TOKEN",
+		"ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET", "ALIBABA_CLOUD_SECURITY_TOKEN", "ALIBABA_CLOUD_OIDC_TOKEN"}
+}

@@ -83,3 +83,9 @@ func isExpiredToken(err error) bool {
 	_, code := statusOf(err)
 	return code == "ExpiredToken" || code == "ExpiredTokenException"
 }
+
+// SecretEnv returns the environment variables that hold AWS keys or
+// tokens the SDK's chain reads: never for the job's eyes.
+func SecretEnv() []string {
+	return []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN"}
+}
