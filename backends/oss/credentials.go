@@ -3,6 +3,7 @@ package oss
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -124,17 +125,137 @@ func newCredProvider(opt Options) (*credProvider, error) {
 		}
 		return &credProvider{source: "OSS_ACCESS_KEY_ID", fixed: &keyPair{id, secret, os.Getenv("OSS_SESSION_TOKEN")}}, nil
 	}
-	return &credProvider{source: "the Alibaba Cloud default chain", p: providers.NewDefaultCredentialsProvider()}, nil
+	return &credProvider{source: "the Alibaba Cloud default chain", p: newDefaultChain()}, nil
+}
+
+// chainSource is one source of the default chain, with the name its
+// errors carry.
+type chainSource struct {
+	name string
+	p    providers.CredentialsProvider
+	// hide are strings (a URL's query, its user info) that could hold a
+	// token and that errors quote: they are cut from them.
+	hide []string
+}
+
+// errorf wraps err with the source's name, cut of what it must hide.
+func (s *chainSource) errorf(err error) string {
+	msg := err.Error()
+	for _, h := range s.hide {
+		if h != "" {
+			msg = strings.ReplaceAll(msg, h, "REDACTED")
+		}
+	}
+	return s.name + ": " + msg
+}
+
+// defaultChain is credentials-go's default chain
+// (providers.NewDefaultCredentialsProvider), source for source and in its
+// order, sticking as it does to the first source that gave a key; what it
+// adds is errors that name each source and what it was configured with.
+type defaultChain struct {
+	sources []chainSource
+	used    *chainSource
+}
+
+func newDefaultChain() *defaultChain {
+	c := &defaultChain{}
+	add := func(name string, p providers.CredentialsProvider, err error, hide ...string) {
+		if err == nil {
+			c.sources = append(c.sources, chainSource{name: name, p: p, hide: hide})
+		}
+	}
+	env, err := providers.NewEnvironmentVariableCredentialsProviderBuilder().Build()
+	add("environment (ALIBABA_CLOUD_ACCESS_KEY_ID)", env, err)
+	oidc, err := providers.NewOIDCCredentialsProviderBuilder().Build()
+	add(fmt.Sprintf("OIDC role %s (ALIBABA_CLOUD_ROLE_ARN, token file %s)", os.Getenv("ALIBABA_CLOUD_ROLE_ARN"), os.Getenv("ALIBABA_CLOUD_OIDC_TOKEN_FILE")), oidc, err)
+	cli, err := providers.NewCLIProfileCredentialsProviderBuilder().Build()
+	add("aliyun CLI profile (ALIBABA_CLOUD_CONFIG_FILE or ~/.aliyun/config.json)", cli, err)
+	prof, err := providers.NewProfileCredentialsProviderBuilder().Build()
+	add(fmt.Sprintf("credentials file %s, profile %s", firstOf(os.Getenv("ALIBABA_CLOUD_CREDENTIALS_FILE"), "~/.alibabacloud/credentials"), firstOf(os.Getenv("ALIBABA_CLOUD_PROFILE"), "default")), prof, err)
+	ecs, err := providers.NewECSRAMRoleCredentialsProviderBuilder().Build()
+	add("ECS RAM role (instance metadata at 100.100.100.200)", ecs, err)
+	if u := os.Getenv("ALIBABA_CLOUD_CREDENTIALS_URI"); u != "" {
+		uri, err := providers.NewURLCredentialsProviderBuilder().Build()
+		var hide []string
+		if pu, perr := url.Parse(u); perr == nil {
+			hide = append(hide, pu.RawQuery, pu.User.String(), url.QueryEscape(pu.RawQuery))
+		}
+		add("credentials URI "+redactURL(u)+" (ALIBABA_CLOUD_CREDENTIALS_URI)", uri, err, hide...)
+	}
+	return c
+}
+
+// GetCredentials implements providers.CredentialsProvider.
+func (c *defaultChain) GetCredentials() (*providers.Credentials, error) {
+	if c.used != nil {
+		cc, err := c.used.p.GetCredentials()
+		if err != nil {
+			return nil, errors.New(c.used.errorf(err))
+		}
+		return cc, nil
+	}
+	var errs []string
+	for i := range c.sources {
+		s := &c.sources[i]
+		cc, err := s.p.GetCredentials()
+		if err != nil {
+			errs = append(errs, s.errorf(err))
+			continue
+		}
+		c.used = s
+		return cc, nil
+	}
+	return nil, fmt.Errorf("no source gave a key: %s", strings.Join(errs, "; "))
+}
+
+// GetProviderName implements providers.CredentialsProvider.
+func (c *defaultChain) GetProviderName() string {
+	if c.used != nil {
+		return "default/" + c.used.p.GetProviderName()
+	}
+	return "default"
+}
+
+// source names the source in use, once one gave a key.
+func (c *defaultChain) source() string {
+	if c.used != nil {
+		return c.used.name
+	}
+	return ""
+}
+
+// redactURL drops a URL's query and user info, where a token could hide.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
+}
+
+func firstOf(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 // check obtains keys once, so a source that cannot give any fails New
 // with its own error rather than the first request with a 403.
 func (c *credProvider) check() error {
-	if _, err := c.get(); err != nil {
-		if c.source == "the Alibaba Cloud default chain" {
-			return fmt.Errorf("no OSS credentials: set OSS_ACCESS_KEY_ID and OSS_ACCESS_KEY_SECRET, pass --oss-credentials-file, or configure a source of the Alibaba Cloud default chain (%s): %w", ChainSources, err)
-		}
+	_, err := c.get()
+	chain, isChain := c.p.(*defaultChain)
+	switch {
+	case err != nil && isChain && chain.source() == "":
+		return fmt.Errorf("no OSS credentials: set OSS_ACCESS_KEY_ID and OSS_ACCESS_KEY_SECRET, pass --oss-credentials-file, or configure a source of the Alibaba Cloud default chain (%s): %w", ChainSources, err)
+	case err != nil:
 		return err
+	case isChain:
+		c.source = "the Alibaba Cloud default chain: " + chain.source()
 	}
 	return nil
 }
