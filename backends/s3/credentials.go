@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"time"
 
@@ -66,6 +67,9 @@ func newCredentials(ctx context.Context, opt Options, region, profile string) (a
 func checkCredentials(ctx context.Context, p aws.CredentialsProvider, source string) (string, error) {
 	c, err := p.Retrieve(ctx)
 	if err != nil {
+		if s := configuredSource(); s != "" {
+			source += ", which the environment points at " + s
+		}
 		return "", fmt.Errorf("no S3 credentials from %s (the sources, in order: %s): %w", source, ChainSources, err)
 	}
 	switch c.Source {
@@ -88,4 +92,32 @@ func isExpiredToken(err error) bool {
 // tokens the SDK's chain reads: never for the job's eyes.
 func SecretEnv() []string {
 	return []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN"}
+}
+
+// configuredSource names the source the environment points the chain at,
+// for errors: the SDK's own say what failed but often not where.
+func configuredSource() string {
+	switch {
+	case os.Getenv("AWS_ACCESS_KEY_ID") != "":
+		return "AWS_ACCESS_KEY_ID"
+	case os.Getenv("AWS_ROLE_ARN") != "" && os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE") != "":
+		return fmt.Sprintf("web identity (role %s, AWS_WEB_IDENTITY_TOKEN_FILE %s)", os.Getenv("AWS_ROLE_ARN"), os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE"))
+	case os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI") != "":
+		return "container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI " + redactURL(os.Getenv("AWS_CONTAINER_CREDENTIALS_FULL_URI")) + ")"
+	case os.Getenv("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") != "":
+		return "container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI)"
+	case os.Getenv("AWS_EC2_METADATA_DISABLED") != "true":
+		return "EC2 instance metadata (" + firstOf(os.Getenv("AWS_EC2_METADATA_SERVICE_ENDPOINT"), "http://169.254.169.254") + ")"
+	}
+	return ""
+}
+
+// redactURL drops a URL's query and user info, where a token could hide.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	return u.String()
 }
