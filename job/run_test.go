@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/all"
 )
 
 // fakeMounter stands in for FUSE: an input "mount" fills the mountpoint with
@@ -670,5 +671,35 @@ func TestRunSageMaker(t *testing.T) {
 		if _, err := os.Stat(f); !os.IsNotExist(err) {
 			t.Errorf("%s left behind: %v", f, err)
 		}
+	}
+}
+
+// TestRunWithholdsEveryStoreSecret: with every variable that holds a key
+// or token of a scheme's backend set (what `mlfsd run` withholds:
+// all.AllSecretEnv), the command's environment holds none of them, for
+// each scheme; other variables pass.
+func TestRunWithholdsEveryStoreSecret(t *testing.T) {
+	for _, scheme := range []string{backends.SchemeOSS, backends.SchemeS3, backends.SchemeHDFS, backends.SchemeNAS} {
+		t.Run(scheme, func(t *testing.T) {
+			r, fm, out := newRunner(t, runSpec)
+			r.Withhold = all.AllSecretEnv()
+			secrets := all.SecretEnv(scheme)
+			if (scheme == backends.SchemeOSS || scheme == backends.SchemeS3) && len(secrets) < 3 {
+				t.Fatalf("%s: secret variables %v: want its keys and token", scheme, secrets)
+			}
+			for i, name := range secrets {
+				r.Environ = append(r.Environ, fmt.Sprintf("%s=withheld-%s-%d", name, scheme, i))
+			}
+			if status, err := r.Run(context.Background()); err != nil || status != 7 {
+				t.Fatalf("Run = %d, %v. Output:\n%s", status, err, out)
+			}
+			env := fm.store["model"]["env.txt"]
+			if strings.Contains(env, "withheld-") {
+				t.Errorf("a %s secret reached the command:\n%s", scheme, env)
+			}
+			if !strings.Contains(env, "KEEP=me") {
+				t.Errorf("the rest of the environment did not pass:\n%s", env)
+			}
+		})
 	}
 }

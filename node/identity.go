@@ -175,6 +175,28 @@ func (id *identity) ossKeys() (oss.Credentials, error) {
 	return oss.Credentials{AccessKeyID: k.AccessKeyId, AccessKeySecret: k.AccessKeySecret, SecurityToken: k.SecurityToken}, nil
 }
 
+// ossProvider is an identity as the OSS backend asks for keys: a
+// credentials-go provider.
+type ossProvider struct{ id *identity }
+
+// GetCredentials implements providers.CredentialsProvider.
+func (p ossProvider) GetCredentials() (*providers.Credentials, error) {
+	k, err := p.id.ossKeys()
+	if err != nil {
+		return nil, err
+	}
+	return &providers.Credentials{AccessKeyId: k.AccessKeyID, AccessKeySecret: k.AccessKeySecret, SecurityToken: k.SecurityToken, ProviderName: p.GetProviderName()}, nil
+}
+
+// GetProviderName implements providers.CredentialsProvider: where the
+// keys come from, in the backend's errors.
+func (p ossProvider) GetProviderName() string {
+	if p.id.current().OSSRoleARN != "" {
+		return "mount request (OIDC role)"
+	}
+	return "mount request"
+}
+
 func (id *identity) ossSTS() string {
 	if id.set.OSSSTSEndpoint != "" {
 		return id.set.OSSSTSEndpoint
@@ -254,10 +276,10 @@ func (id *identity) check(ctx context.Context, scheme string) error {
 func (id *identity) applyTo(opt all.Options) all.Options {
 	c := id.current()
 	if c.OSSAccessKeyID != "" || c.OSSRoleARN != "" {
-		opt.OSS.Provider = id.ossKeys
+		opt.OSS.CredentialsProvider = ossProvider{id}
 	}
 	if c.S3AccessKeyID != "" || c.S3RoleARN != "" {
-		opt.S3.Provider = id
+		opt.S3.CredentialsProvider = id
 	}
 	if c.HDFSUser != "" {
 		opt.HDFS.User = c.HDFSUser

@@ -44,3 +44,26 @@ func Open(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (b
 	}
 	return b, u.Base(), nil
 }
+
+// SecretEnv returns the environment variables that hold a store secret
+// (a key, a session token) for a scheme's backend: what `mlfsd run`
+// withholds from the job, which reaches storage through its mounts only.
+// HDFS (SIMPLE authentication: a user name) and NAS read none.
+func SecretEnv(scheme string) []string {
+	switch scheme {
+	case backends.SchemeOSS:
+		return oss.SecretEnv()
+	case backends.SchemeS3:
+		return s3.SecretEnv()
+	}
+	return nil
+}
+
+// AllSecretEnv is SecretEnv of every scheme.
+func AllSecretEnv() []string {
+	var out []string
+	for _, s := range []string{backends.SchemeOSS, backends.SchemeHDFS, backends.SchemeNAS, backends.SchemeS3} {
+		out = append(out, SecretEnv(s)...)
+	}
+	return out
+}

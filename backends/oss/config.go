@@ -7,8 +7,6 @@ import (
 	"net"
 	"os"
 	"strings"
-
-	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
 )
 
 // credentials are an access key pair and an optional STS token. They are
@@ -37,59 +35,6 @@ func (c Credentials) GoString() string { return c.String() }
 // MarshalJSON keeps the secret out of JSON (logs); only the key ID shows.
 func (c Credentials) MarshalJSON() ([]byte, error) {
 	return []byte(fmt.Sprintf("{%q:%q}", "access_key_id", c.AccessKeyID)), nil
-}
-
-// providerFunc is Options.Provider as the SDK asks for keys: through
-// GetCredentialsE, which fails the request with the provider's error (a
-// role that cannot be assumed), rather than signing with empty keys.
-type providerFunc func() (Credentials, error)
-
-// GetCredentials implements alioss.CredentialsProvider.
-func (p providerFunc) GetCredentials() alioss.Credentials {
-	c, _ := p.GetCredentialsE()
-	return c
-}
-
-// GetCredentialsE implements alioss.CredentialsProviderE.
-func (p providerFunc) GetCredentialsE() (alioss.Credentials, error) {
-	c, err := p()
-	if err != nil {
-		return credentials{}, err
-	}
-	return credentials{id: c.AccessKeyID, secret: c.AccessKeySecret, token: c.SecurityToken}, nil
-}
-
-// GetAccessKeyID implements alioss.Credentials.
-func (c credentials) GetAccessKeyID() string { return c.id }
-
-// GetAccessKeySecret implements alioss.Credentials.
-func (c credentials) GetAccessKeySecret() string { return c.secret }
-
-// GetSecurityToken implements alioss.Credentials.
-func (c credentials) GetSecurityToken() string { return c.token }
-
-// loadCredentials returns given when set, else reads the credentials file
-// when one is given, otherwise OSS_ACCESS_KEY_ID, OSS_ACCESS_KEY_SECRET and
-// OSS_SESSION_TOKEN.
-func loadCredentials(file string, given *Credentials) (credentials, error) {
-	if given != nil {
-		if given.AccessKeyID == "" || given.AccessKeySecret == "" {
-			return credentials{}, errors.New("OSS credentials given without an access key ID and secret")
-		}
-		return credentials{id: given.AccessKeyID, secret: given.AccessKeySecret, token: given.SecurityToken}, nil
-	}
-	if file != "" {
-		return readCredentialsFile(file)
-	}
-	c := credentials{
-		id:     os.Getenv("OSS_ACCESS_KEY_ID"),
-		secret: os.Getenv("OSS_ACCESS_KEY_SECRET"),
-		token:  os.Getenv("OSS_SESSION_TOKEN"),
-	}
-	if c.id == "" || c.secret == "" {
-		return credentials{}, errors.New("no OSS credentials: set OSS_ACCESS_KEY_ID and OSS_ACCESS_KEY_SECRET (and OSS_SESSION_TOKEN for STS), or pass --oss-credentials-file")
-	}
-	return c, nil
 }
 
 // readCredentialsFile parses "key = value" lines (ossutil's config format,

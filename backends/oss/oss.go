@@ -22,6 +22,7 @@ import (
 	"time"
 
 	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
+	"github.com/aliyun/credentials-go/credentials/providers"
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/prefixdirs"
@@ -34,21 +35,28 @@ type Options struct {
 	// OSS_ENDPOINT is the fallback. Examples: oss-cn-hangzhou.aliyuncs.com,
 	// http://127.0.0.1:9000.
 	Endpoint string
+	// Region is the region V4 signatures name when the endpoint names
+	// none (oss-REGION.aliyuncs.com does); OSS_REGION is the fallback, and
+	// LocalRegion for an IP address or localhost.
+	Region string
+	// SignatureVersion is "v4" (the default: OSS4-HMAC-SHA256, which
+	// Alibaba Cloud requires of new accounts and buckets) or "v1".
+	SignatureVersion string
 	// CredentialsFile, when set, holds the access key (see
 	// readCredentialsFile); it must not be accessible by group or others.
 	// Otherwise OSS_ACCESS_KEY_ID, OSS_ACCESS_KEY_SECRET and
-	// OSS_SESSION_TOKEN are used.
+	// OSS_SESSION_TOKEN are used when set, and else the Alibaba Cloud
+	// default credential chain (ChainSources), whose short-lived keys are
+	// renewed before they expire.
 	CredentialsFile string
 	// Credentials, when set, are used instead of CredentialsFile and the
 	// environment (a node daemon mounts with the credentials of the client
 	// that asked).
 	Credentials *Credentials
-	// Provider, when set, is asked for the keys of every request, before
-	// Credentials, CredentialsFile and the environment: a node daemon's
-	// mount whose keys are refreshed (a role assumed with a pod's token,
-	// or keys a republish rotates) while the mount is live. It caches;
-	// an error fails the request that asked, naming the provider's source.
-	Provider func() (Credentials, error) `json:"-"`
+	// CredentialsProvider, when set, is asked for the keys of every
+	// request, before any other source: a credentials-go provider built
+	// for this mount alone (an OIDC role with the pod's token, say).
+	CredentialsProvider providers.CredentialsProvider
 	// MultipartThreshold: writes larger than this use a multipart upload
 	// (default 16 MiB); smaller ones are one PUT.
 	MultipartThreshold int64
@@ -137,6 +145,7 @@ type Backend struct {
 	opt          Options
 	retryOpt     RetryOptions
 	log          *slog.Logger
+	cred         *credProvider
 }
 
 var (
@@ -163,28 +172,32 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if err != nil {
 		return nil, err
 	}
-	var cred credentials
-	if opt.Provider == nil {
-		if cred, err = loadCredentials(opt.CredentialsFile, opt.Credentials); err != nil {
-			return nil, err
-		}
+	authVersion, region, err := resolveSigning(host, pathStyle, opt.Region, opt.SignatureVersion)
+	if err != nil {
+		return nil, err
+	}
+	cred, err := newCredProvider(opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := cred.check(); err != nil {
+		return nil, err
 	}
 	copts := []alioss.ClientOption{
 		alioss.EnableCRC(true),
 		alioss.ForcePathStyle(pathStyle),
 		alioss.Timeout(int64(math.Ceil(opt.ConnectTimeout.Seconds())), int64(rwTimeout/time.Second)),
 		alioss.MaxConns(256, 256, 0),
+		alioss.SetCredentialsProvider(cred),
+		alioss.AuthVersion(authVersion),
 	}
-	if cred.token != "" {
-		copts = append(copts, alioss.SecurityToken(cred.token))
-	}
-	if opt.Provider != nil {
-		copts = append(copts, alioss.SetCredentialsProvider(providerFunc(opt.Provider)))
+	if region != "" {
+		copts = append(copts, alioss.Region(region))
 	}
 	if hc := newHTTPClient(strings.HasPrefix(epURL, "https:"), opt.ConnectTimeout, rwTimeout); hc != nil {
 		copts = append(copts, alioss.HTTPClient(hc))
 	}
-	client, err := alioss.New(epURL, cred.id, cred.secret, copts...)
+	client, err := alioss.New(epURL, "", "", copts...)
 	if err != nil {
 		return nil, fmt.Errorf("OSS endpoint %s: %w", epURL, err)
 	}
@@ -197,7 +210,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	idURI.Endpoint = host
 	b := &Backend{
 		bucket: bkt, bucketName: u.Bucket, prefix: prefix, id: idURI.String(),
-		endpointHost: host, opt: opt, retryOpt: opt.Retry, log: log,
+		endpointHost: host, opt: opt, retryOpt: opt.Retry, log: log, cred: cred,
 	}
 	b.Dirs = prefixdirs.NewDirs(prefixdirs.Namespace{Store: dirStore{b}, Prefix: prefix, PageSize: listPageSize, Truncated: errTruncated})
 	// Probe: one listing of the prefix proves bucket, endpoint and key.
@@ -214,7 +227,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if err != nil {
 		return nil, b.wrapErr("open", "", err)
 	}
-	log.Debug("oss backend opened", "uri", b.id, "path_style", pathStyle)
+	log.Debug("oss backend opened", "uri", b.id, "path_style", pathStyle, "signature", authVersion, "region", region, "credentials", cred.source)
 	return b, nil
 }
 

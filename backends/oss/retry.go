@@ -28,9 +28,21 @@ type RetryOptions = backends.RetryOptions
 // retry runs fn until it succeeds or a permanent error, cancellation or the
 // retry budget ends it.
 func (b *Backend) retry(ctx context.Context, fn func() error) error {
-	return backends.Retry(ctx, b.retryOpt, isTransient, func(attempt int, err error) {
+	return backends.Retry(ctx, b.retryOpt, b.isTransient, func(attempt int, err error) {
 		b.log.Debug("oss: retrying", "attempt", attempt, "err", err)
 	}, fn)
+}
+
+// isTransient is the package's isTransient, and more when the keys are
+// renewed: a request signed just before its key expired and refused
+// after (SecurityTokenExpired) goes again with the renewed key, and a
+// source that failed to renew (an STS or metadata hiccup) is asked again.
+func (b *Backend) isTransient(err error) bool {
+	if isTransient(err) {
+		return true
+	}
+	var ce *CredentialsError
+	return b.cred != nil && b.cred.refreshes() && (isExpiredToken(err) || errors.As(err, &ce))
 }
 
 // errTruncated marks a body that ended before its Content-Length.
@@ -80,6 +92,13 @@ func isTransient(err error) bool {
 	return false
 }
 
+func (b *Backend) credSource() string {
+	if b.cred == nil {
+		return "nowhere"
+	}
+	return b.cred.source
+}
+
 // errCRC reports a whole-object read whose CRC64 differs from the server's.
 var errCRC = errors.New("CRC64 of the data read differs from the object's x-oss-hash-crc64ecma")
 
@@ -100,7 +119,7 @@ func (b *Backend) wrapErr(op, key string, err error) error {
 	case code == "NoSuchBucket":
 		return backends.Wrap(op, key, backends.ErrNotExist, fmt.Errorf("bucket %q does not exist at endpoint %s (check the bucket in the URI and --oss-endpoint / OSS_ENDPOINT): %w", b.bucketName, b.endpointHost, err))
 	case st == http.StatusForbidden || st == http.StatusUnauthorized:
-		return backends.Wrap(op, key, backends.ErrPermission, fmt.Errorf("OSS refused access to bucket %q (%s): check OSS_ACCESS_KEY_ID / OSS_ACCESS_KEY_SECRET / OSS_SESSION_TOKEN or the credentials file, and that this key may access the bucket: %w", b.bucketName, code, err))
+		return backends.Wrap(op, key, backends.ErrPermission, fmt.Errorf("OSS refused access to bucket %q (%s) to the key from %s: check that source, and that its key may access the bucket: %w", b.bucketName, code, b.credSource(), err))
 	case st == http.StatusNotFound:
 		return backends.Wrap(op, key, backends.ErrNotExist, err)
 	case st == http.StatusPreconditionFailed:

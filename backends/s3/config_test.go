@@ -3,7 +3,6 @@ package s3
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,10 +17,30 @@ import (
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 )
 
-// TestCredentialsFile: the AWS shared credentials format (the profile
-// $AWS_PROFILE names, else [default]) and env-file lines are read; a file
-// others may read is refused; errors never repeat the secret.
+// isolateChain clears what in the environment could steer the AWS
+// default chain (keys, profiles, the files in $HOME, instance metadata),
+// so a test sees only the sources it sets.
+func isolateChain(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+		"AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+		"AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_ENDPOINT_URL_STS", "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+		"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION"} {
+		t.Setenv(k, "")
+	}
+	dir := t.TempDir()
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+}
+
+// TestCredentialsFile: --s3-credentials-file is read by the SDK's chain,
+// profile [default] or the one a URI names; a missing profile is an error
+// naming it; a file others may read is refused; errors never repeat the
+// secret.
 func TestCredentialsFile(t *testing.T) {
+	isolateChain(t)
+	e := startEmu(t, ossemu.Options{})
 	dir := t.TempDir()
 	write := func(name, body string, mode os.FileMode) string {
 		p := filepath.Join(dir, name)
@@ -35,64 +54,62 @@ func TestCredentialsFile(t *testing.T) {
 aws_access_key_id = AKDEFAULT
 aws_secret_access_key = SKDEFAULT
 
-[profile cache]
-aws_access_key_id=AKCACHE
-aws_secret_access_key="SKCACHE"
-aws_session_token = TOKEN
+[emu]
+aws_access_key_id=`+ossemutest.AccessKeyID+`
+aws_secret_access_key=`+ossemutest.AccessKeySecret+`
 `, 0o600)
-	for _, c := range []struct{ profile, id, secret, token string }{
-		{"", "AKDEFAULT", "SKDEFAULT", ""},
-		{"cache", "AKCACHE", "SKCACHE", "TOKEN"},
-	} {
-		got, err := readCredentialsFile(ini, c.profile, false)
-		if err != nil || got != (credentials{c.id, c.secret, c.token}) {
-			t.Errorf("profile %q: %v, %v", c.profile, got.id, err)
+	ctx := t.Context()
+	open := func(query string, opt Options) (backends.Backend, error) {
+		u, err := backends.ParseURI("s3://" + testBucket + "/data/?endpoint=" + e.endpoint + query)
+		if err != nil {
+			t.Fatal(err)
 		}
+		opt.Retry = fastRetry
+		return New(ctx, u, opt, nil)
 	}
-	if _, err := readCredentialsFile(ini, "nosuch", true); err == nil || !strings.Contains(err.Error(), "[nosuch]") {
+	b, err := open("&profile=emu", Options{CredentialsFile: ini})
+	if err != nil {
+		t.Fatalf("profile emu: %v", err)
+	}
+	b.Close()
+	if _, err := open("", Options{CredentialsFile: ini}); err == nil || !strings.Contains(err.Error(), "credentials file "+ini) || strings.Contains(err.Error(), "SKDEFAULT") {
+		t.Errorf("[default] holds a key the store refuses: %v", err)
+	}
+	if _, err := open("&profile=nosuch", Options{CredentialsFile: ini}); err == nil || !strings.Contains(err.Error(), "nosuch") {
 		t.Errorf("a missing profile a URI names: %v", err)
 	}
-	if got, err := readCredentialsFile(ini, "nosuch", false); err == nil {
-		t.Errorf("a missing $AWS_PROFILE fell back to %q", got.id)
-	}
-	// A URI's profile picks its section of the credentials file, or of
-	// $AWS_SHARED_CREDENTIALS_FILE.
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "")
-	if _, err := loadCredentials("", "cache"); err == nil || !strings.Contains(err.Error(), "--s3-credentials-file") {
-		t.Errorf("a profile without a credentials file: %v", err)
-	}
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", ini)
-	if got, err := loadCredentials("", "cache"); err != nil || got.id != "AKCACHE" {
-		t.Errorf("profile from $AWS_SHARED_CREDENTIALS_FILE: %q, %v", got.id, err)
-	}
-	env := write("env", "export AWS_ACCESS_KEY_ID=AKENV\nAWS_SECRET_ACCESS_KEY='SKENV'\n", 0o600)
-	if got, err := readCredentialsFile(env, "", false); err != nil || got.id != "AKENV" || got.secret != "SKENV" {
-		t.Errorf("env file: %v, %v", got.id, err)
-	}
-	open := write("open", "AWS_ACCESS_KEY_ID=AK\nAWS_SECRET_ACCESS_KEY=SKOPEN\n", 0o644)
-	if _, err := readCredentialsFile(open, "", false); err == nil || !strings.Contains(err.Error(), "chmod 600") || strings.Contains(err.Error(), "SKOPEN") {
+	world := write("open", "[default]\naws_access_key_id = AK\naws_secret_access_key = SKOPEN\n", 0o644)
+	if _, err := open("", Options{CredentialsFile: world}); err == nil || !strings.Contains(err.Error(), "chmod 600") || strings.Contains(err.Error(), "SKOPEN") {
 		t.Errorf("a world-readable file: %v", err)
 	}
 	half := write("half", "[default]\naws_access_key_id = AK\n", 0o600)
-	if _, err := readCredentialsFile(half, "", false); err == nil {
+	if _, err := open("", Options{CredentialsFile: half}); err == nil {
 		t.Error("a file without a secret was accepted")
-	}
-	if s := fmt.Sprintf("%v %+v %#v", credentials{"a", "SECRET", "TOK"}, credentials{"a", "SECRET", "TOK"}, credentials{"a", "SECRET", "TOK"}); strings.Contains(s, "SECRET") || strings.Contains(s, "TOK") {
-		t.Errorf("credentials format their secret: %s", s)
 	}
 }
 
 // TestCredentialsEnv: without a file, the AWS_* environment is read, and
-// its absence is an error that says what to set.
+// the absence of every source is an error that names them.
 func TestCredentialsEnv(t *testing.T) {
-	setCreds(t)
+	isolateChain(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", ossemutest.AccessKeyID)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", ossemutest.AccessKeySecret)
 	t.Setenv("AWS_SESSION_TOKEN", "TOK")
-	if c, err := loadCredentials("", ""); err != nil || c.id != ossemutest.AccessKeyID || c.token != "TOK" {
-		t.Errorf("from the environment: %v, %v", c.id, err)
+	p, src, err := newCredentials(t.Context(), Options{}, "us-east-1", "")
+	if err != nil {
+		t.Fatal(err)
 	}
+	if c, err := p.Retrieve(t.Context()); err != nil || c.AccessKeyID != ossemutest.AccessKeyID || c.SessionToken != "TOK" || c.Source != "EnvConfigCredentials" {
+		t.Errorf("from the environment (%s): %v from %s, %v", src, c.AccessKeyID, c.Source, err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
-	if _, err := loadCredentials("", ""); err == nil || !strings.Contains(err.Error(), "AWS_SECRET_ACCESS_KEY") {
-		t.Errorf("without a secret: %v", err)
+	p, src, err = newCredentials(t.Context(), Options{}, "us-east-1", "")
+	if err == nil {
+		_, err = checkCredentials(t.Context(), p, src)
+	}
+	if err == nil || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID") || !strings.Contains(err.Error(), "web identity") {
+		t.Errorf("without any source: %v", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"syscall"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
@@ -28,9 +29,27 @@ type RetryOptions = backends.RetryOptions
 // retry runs fn until it succeeds or a permanent error, cancellation or the
 // retry budget ends it.
 func (b *Backend) retry(ctx context.Context, fn func() error) error {
-	return backends.Retry(ctx, b.opt.Retry, isTransient, func(attempt int, err error) {
+	return backends.Retry(ctx, b.opt.Retry, b.isTransient, func(attempt int, err error) {
 		b.log.Debug("s3: retrying", "attempt", attempt, "err", err)
 	}, fn)
+}
+
+// isTransient is the package's isTransient, and a refusal of an expired
+// session key too: the cached key is dropped, so the retry signs with a
+// renewed one (a request signed just before the key expired and checked
+// just after, or a key the store expired early).
+func (b *Backend) isTransient(err error) bool {
+	if isTransient(err) {
+		return true
+	}
+	if !isExpiredToken(err) {
+		return false
+	}
+	if c, ok := b.creds.(*aws.CredentialsCache); ok {
+		c.Invalidate()
+		return true
+	}
+	return false
 }
 
 // errTruncated marks a response that ended before it should have.
@@ -118,7 +137,7 @@ func (b *Backend) wrapErr(op, key string, err error) error {
 		// Signed for the wrong region, or a bucket of another region.
 		return backends.Wrap(op, key, backends.ErrInvalid, fmt.Errorf("bucket %q at %s is not in region %s: set region= in the URI, --s3-region or AWS_REGION: %w", b.bucket, b.where(), b.ep.region, err))
 	case st == http.StatusForbidden || st == http.StatusUnauthorized:
-		return backends.Wrap(op, key, backends.ErrPermission, fmt.Errorf("S3 refused access to bucket %q at %s (%s): check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or the credentials file, the region, and that this key may access the bucket: %w", b.bucket, b.where(), code, err))
+		return backends.Wrap(op, key, backends.ErrPermission, fmt.Errorf("S3 refused access to bucket %q at %s (%s): the keys come from %s: check that source, the region, and that its key may access the bucket: %w", b.bucket, b.where(), code, b.credSource, err))
 	case st == http.StatusNotFound:
 		return backends.Wrap(op, key, backends.ErrNotExist, err)
 	case st == http.StatusPreconditionFailed:

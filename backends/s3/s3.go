@@ -26,7 +26,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmw "github.com/aws/aws-sdk-go-v2/aws/middleware"
-	awscreds "github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go/middleware"
@@ -53,18 +53,18 @@ type Options struct {
 	// in-cluster stores serve without wildcard DNS), virtual-hosted style
 	// on AWS (which S3 Express directory buckets require).
 	PathStyle string
-	// CredentialsFile, when set, holds the access key (an AWS shared
-	// credentials file, profile $AWS_PROFILE or [default], or
-	// AWS_ACCESS_KEY_ID=... lines); it must not be accessible by group or
-	// others. Otherwise AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
-	// AWS_SESSION_TOKEN are used. A URI's profile= parameter picks its own
-	// section of this file (or of $AWS_SHARED_CREDENTIALS_FILE).
+	// CredentialsFile, when set, is the AWS shared credentials file the
+	// SDK's default chain reads instead of ~/.aws/credentials (or
+	// $AWS_SHARED_CREDENTIALS_FILE); it must not be accessible by group
+	// or others. The chain (ChainSources) resolves the keys: the AWS_*
+	// environment, the profile ($AWS_PROFILE, or the URI's profile=),
+	// web identity, container credentials, instance metadata.
 	CredentialsFile string
-	// Provider, when set, is asked for the keys of requests (it caches),
-	// instead of CredentialsFile, a profile and the environment: a node
-	// daemon's mount with a client's keys or a role assumed with a pod's
-	// web identity token, refreshed while the mount is live.
-	Provider aws.CredentialsProvider `json:"-"`
+	// CredentialsProvider, when set, signs every request instead of the
+	// default chain (a node daemon mounting with its client's keys).
+	CredentialsProvider aws.CredentialsProvider
+	// loadOptions, in tests, add to the default chain's configuration.
+	loadOptions []func(*config.LoadOptions) error
 	// MultipartThreshold: writes larger than this use a multipart upload
 	// (default 16 MiB); smaller ones are one PUT.
 	MultipartThreshold int64
@@ -175,6 +175,9 @@ type Backend struct {
 	opt    Options
 	log    *slog.Logger
 	cond   conditional
+	// creds sign every request; credSource says where they come from.
+	creds      aws.CredentialsProvider
+	credSource string
 	// copyLimit: larger objects are copied in parts (CopyObject's 5 GiB;
 	// tests lower it).
 	copyLimit int64
@@ -207,13 +210,15 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if err != nil {
 		return nil, err
 	}
-	prov := opt.Provider
-	if prov == nil {
-		cred, err := loadCredentials(opt.CredentialsFile, u.Profile)
-		if err != nil {
-			return nil, err
-		}
-		prov = awscreds.NewStaticCredentialsProvider(cred.id, cred.secret, cred.token)
+	creds, credSource, err := newCredentials(ctx, opt, ep.region, u.Profile)
+	if err != nil {
+		return nil, err
+	}
+	credCtx, cancelCred := context.WithTimeout(ctx, opt.ConnectTimeout)
+	credSource, err = checkCredentials(credCtx, creds, credSource)
+	cancelCred()
+	if err != nil {
+		return nil, err
 	}
 	dialer := &net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}
 	hc := &http.Client{Transport: &http.Transport{
@@ -235,7 +240,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	}}
 	so := s3.Options{
 		Region:       ep.region,
-		Credentials:  prov,
+		Credentials:  creds,
 		HTTPClient:   hc,
 		UsePathStyle: ep.pathStyle,
 		Retryer:      aws.NopRetryer{},
@@ -257,7 +262,8 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	}
 	prefix := strings.TrimPrefix(u.Path, "/")
 	idURI := backends.URI{Scheme: backends.SchemeS3, Bucket: u.Bucket, Path: u.Path, Endpoint: ep.host}
-	b := &Backend{client: s3.New(so), bucket: u.Bucket, prefix: prefix, id: idURI.String(), ep: ep, opt: opt, log: log, copyLimit: maxPartSize}
+	b := &Backend{client: s3.New(so), bucket: u.Bucket, prefix: prefix, id: idURI.String(), ep: ep, opt: opt, log: log, copyLimit: maxPartSize,
+		creds: creds, credSource: credSource}
 	b.Dirs = prefixdirs.NewDirs(prefixdirs.Namespace{Store: dirStore{b}, Prefix: prefix, PageSize: listPageSize, Truncated: errTruncated})
 	// Probe: one listing of the prefix proves bucket, endpoint and key.
 	// It is the first contact, bounded by ConnectTimeout.
@@ -270,7 +276,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if err != nil {
 		return nil, b.wrapErr("open", "", err)
 	}
-	log.Debug("s3 backend opened", "uri", b.id, "path_style", ep.pathStyle, "region", ep.region)
+	log.Debug("s3 backend opened", "uri", b.id, "path_style", ep.pathStyle, "region", ep.region, "credentials", credSource)
 	return b, nil
 }
 

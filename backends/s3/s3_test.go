@@ -139,12 +139,8 @@ func createBucket(t *testing.T, ep, bucket string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred, err := loadCredentials("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := s3.New(s3.Options{Region: e.region, BaseEndpoint: aws.String(e.url), UsePathStyle: e.pathStyle,
-		Credentials: awscreds.NewStaticCredentialsProvider(cred.id, cred.secret, cred.token)})
+		Credentials: awscreds.NewStaticCredentialsProvider(os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN"))})
 	_, err = c.CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(bucket)})
 	if code := apiCode(err); err != nil && code != "BucketAlreadyOwnedByYou" && code != "BucketAlreadyExists" {
 		t.Fatalf("create bucket %s at %s: %v", bucket, ep, err)

@@ -39,8 +39,11 @@ one argument runs with sh -c (so -- 'python train.py $PAI_USER_ARGS' works), sev
 run as an argv list. In an argv list an argument that is exactly $PAI_USER_ARGS is
 replaced by the hyperparameters as separate arguments (--name value ...), losslessly.
 
-The storage credentials mlfsd reads from its environment (OSS_ACCESS_KEY_ID,
-OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
+The storage keys and tokens mlfsd reads from its environment (OSS_ACCESS_KEY_*,
+OSS_SESSION_TOKEN, ALIBABA_CLOUD_ACCESS_KEY_*, ALIBABA_CLOUD_SECURITY_TOKEN,
+ALIBABA_CLOUD_OIDC_TOKEN, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+AWS_SESSION_TOKEN, AWS_SECURITY_TOKEN, AWS_CONTAINER_AUTHORIZATION_TOKEN) are not
+passed on to the command.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 && cmd.ArgsLenAtDash() != 0 {
 				return fmt.Errorf("unexpected argument %q: put the command after --", args[0])
@@ -116,8 +119,8 @@ OSS_ACCESS_KEY_SECRET, OSS_SESSION_TOKEN) are not passed on to the command.`,
 				Stderr:  a.stderr,
 				Signals: sigs,
 				// The job reads storage through its mounts; the keys
-				// mlfsd uses (backends/oss/config.go) stay with mlfsd.
-				Withhold: []string{"OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET", "OSS_SESSION_TOKEN"},
+				// and tokens mlfsd uses, of every backend, stay with it.
+				Withhold: all.AllSecretEnv(),
 				Log:      a.log,
 				RunAs:    runAs,
 				DetachStale: func(mp string) error {

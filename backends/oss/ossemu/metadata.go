@@ -31,6 +31,9 @@ const (
 	// AWSContainerCredentialsPath is an ECS/EKS Pod Identity container
 	// credentials endpoint (AWS_CONTAINER_CREDENTIALS_FULL_URI).
 	AWSContainerCredentialsPath = "/aws/credentials"
+	// awsSSOPath is AWS IAM Identity Center's GetRoleCredentials (the SSO
+	// portal API; AWS_ENDPOINT_URL_SSO points the SDK here).
+	awsSSOPath = "/federation/credentials"
 )
 
 // MetadataOptions configures the metadata listener (Server.ServeMetadata).
@@ -45,6 +48,9 @@ type MetadataOptions struct {
 	// container credentials endpoint demands (what
 	// AWS_CONTAINER_AUTHORIZATION_TOKEN(_FILE) gives the SDK).
 	ContainerAuthToken string
+	// SSOAccessToken, when set, is the bearer token the SSO portal API
+	// (GetRoleCredentials) demands; otherwise any non-empty one passes.
+	SSOAccessToken string
 }
 
 // metadata is the state of the metadata listener.
@@ -61,7 +67,8 @@ type metadata struct {
 // hardened mode's token from PUT /latest/api/token) and EC2's IMDSv2
 // (/latest/meta-data/iam/security-credentials/ROLE), a credentials URI
 // (AlibabaCredentialsURIPath) and AWS container credentials
-// (AWSContainerCredentialsPath). Each hands out a key issued as STS's
+// (AWSContainerCredentialsPath) and AWS IAM Identity Center's role
+// credentials (SSO: /federation/credentials). Each hands out a key issued as STS's
 // are. ServeMetadata adds the proxy that reaches it from SDKs whose
 // endpoint is fixed.
 func (s *Server) MetadataHandler(opt MetadataOptions) http.Handler {
@@ -94,6 +101,23 @@ func (m *metadata) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		k := m.s.IssueKey(0)
 		writeJSON(w, map[string]string{"AccessKeyId": k.AccessKeyID, "SecretAccessKey": k.AccessKeySecret,
 			"Token": k.SecurityToken, "Expiration": k.Expires.UTC().Format(time.RFC3339)})
+	case p == awsSSOPath:
+		tok := r.Header.Get("x-amz-sso_bearer_token")
+		if tok == "" || m.opt.SSOAccessToken != "" && tok != m.opt.SSOAccessToken {
+			w.Header().Set("x-amzn-ErrorType", "UnauthorizedException")
+			w.WriteHeader(http.StatusUnauthorized)
+			writeJSON(w, map[string]string{"message": "Session token not found or invalid"})
+			return
+		}
+		if r.URL.Query().Get("role_name") == "" || r.URL.Query().Get("account_id") == "" {
+			w.Header().Set("x-amzn-ErrorType", "InvalidRequestException")
+			w.WriteHeader(http.StatusBadRequest)
+			writeJSON(w, map[string]string{"message": "role_name and account_id are required"})
+			return
+		}
+		k := m.s.IssueKey(0)
+		writeJSON(w, map[string]any{"roleCredentials": map[string]any{"accessKeyId": k.AccessKeyID, "secretAccessKey": k.AccessKeySecret,
+			"sessionToken": k.SecurityToken, "expiration": k.Expires.UnixMilli()}})
 	default:
 		http.NotFound(w, r)
 	}
