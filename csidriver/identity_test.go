@@ -275,15 +275,17 @@ func TestPublishWithPodTokenS3(t *testing.T) {
 // TestPublishWithPodTokenOSS: the same for OSS RRSA: the pod's token is
 // exchanged by credentials-go's OIDC provider (AssumeRoleWithOIDC at
 // sts.aliyuncs.com, over HTTPS: reached here through the emulator's
-// proxy, under its authority), and a republish with a new token assumes
-// the role again.
+// proxy, under its authority), a republish with a new token assumes the
+// role again, and reads go on across the keys' expiry.
 func TestPublishWithPodTokenOSS(t *testing.T) {
 	noNodeIdentity(t)
 	const role = "acs:ram::1234:role/trainer"
 	const provider = "acs:ram::1234:oidc-provider/ack-cluster"
-	srv, ep, root := ossemutest.StartBucket(t, "bkt", ossemu.Options{STSDuration: time.Minute, STSRoles: []string{role}})
+	const keyLife = 2 * time.Second
+	srv, ep, root := ossemutest.StartBucket(t, "bkt", ossemu.Options{STSDuration: keyLife, STSRoles: []string{role}})
 	os.MkdirAll(filepath.Join(root, "bkt", "data"), 0o755)
 	os.WriteFile(filepath.Join(root, "bkt", "data", "a"), []byte("file a"), 0o644)
+	os.WriteFile(filepath.Join(root, "bkt", "data", "b"), []byte("file b"), 0o644)
 	proxy := ossemutest.StartMetadata(t, srv, ossemu.MetadataOptions{})
 	trustEmulatorSTS(t, srv, proxy)
 
@@ -313,6 +315,22 @@ func TestPublishWithPodTokenOSS(t *testing.T) {
 	}
 	if got := srv.Stats()["sts.issued"]; got <= issued {
 		t.Errorf("republish with a new token: STS issued %d keys in all, want more than %d", got, issued)
+	}
+	// Past the expiry of the keys issued so far: renewed before it, and
+	// the store refused nothing.
+	deadline := time.Now().Add(keyLife + time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond) // the keys' clock is the wall clock: nothing else to wait on
+	}
+	before := srv.Stats()["sts.issued"]
+	if got := catFile(t, filepath.Join(in, "b")); got != "file b" {
+		t.Errorf("read after the first keys expired: %q", got)
+	}
+	if srv.Stats()["sts.issued"] <= before {
+		t.Errorf("the read after the expiry was not signed with renewed keys (stats %v)", srv.Stats())
+	}
+	if st := srv.Stats(); st["sts.expired"] != 0 {
+		t.Errorf("the store refused %d requests signed with expired keys (stats %v)", st["sts.expired"], st)
 	}
 	// Another volume with the provider attribute alone is refused.
 	a := attrs(tok1)
