@@ -329,6 +329,8 @@ func (n *Node) backendFor(ctx context.Context, u backends.URI, set Settings, req
 // mount's role are obtained with them at once; if the STS refuses, the
 // mount keeps the credentials it had and the error says why.
 func (m *mount) refresh(ctx context.Context, c Credentials, log *slog.Logger) error {
+	m.refreshing.Lock()
+	defer m.refreshing.Unlock()
 	old := m.id.current()
 	if old.fingerprint() == c.fingerprint() {
 		return nil

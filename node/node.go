@@ -152,10 +152,13 @@ type mount struct {
 	req MountRequest // as first asked, credentials included (memory only)
 	// id holds the credentials the mount runs on, as last given (a
 	// republish refreshes them); nil for the node's own identity.
-	id    *identity
-	info  MountInfo
-	ready chan struct{} // closed when mounting finished (err set on failure)
-	err   error
+	id *identity
+	// refreshing serialises refreshes of id (each may roll back to the
+	// credentials it found).
+	refreshing sync.Mutex
+	info       MountInfo
+	ready      chan struct{} // closed when mounting finished (err set on failure)
+	err        error
 
 	// Set before ready is closed, read-only afterwards.
 	srv            *mfs.Server
