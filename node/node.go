@@ -7,6 +7,8 @@
 //
 // Lock order: Node.mu, then mount.mu. Node.cacheMu is a leaf. No lock is
 // held while mounting, unmounting, draining or talking to a store.
+// mount.refreshing is taken with no other lock held; identity.mu is a leaf
+// (held across a call to an STS, which no other lock waits behind).
 package node
 
 import (
