@@ -324,6 +324,7 @@ func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 	m := &mount{req: req, id: id, info: hm.Info, ready: make(chan struct{}), done: make(chan struct{}), releaseBackend: release}
 	m.metrics = newMountMetrics(req.Target)
 	b := instrument(raw, m.metrics)
+	m.probe = probeOf(b)
 	if !req.ReadOnly {
 		wopt, oopt, err := n.outputOptions(set, m)
 		if err != nil {

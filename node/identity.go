@@ -341,7 +341,15 @@ func (m *mount) refresh(ctx context.Context, c Credentials, log *slog.Logger) er
 	if err := m.id.update(c); err != nil {
 		return err
 	}
-	if err := m.id.check(ctx, m.scheme()); err != nil {
+	err := m.id.check(ctx, m.scheme())
+	if err == nil && m.probe != nil {
+		// The store's own word on the new keys (a role's or given ones):
+		// a mount is not left on keys it refuses.
+		if perr := m.probe(ctx); perr != nil {
+			err = fmt.Errorf("the store refused them: %w", perr)
+		}
+	}
+	if err != nil {
 		if rerr := m.id.update(old); rerr != nil {
 			return errors.Join(err, rerr)
 		}
@@ -392,4 +400,12 @@ func (m *mount) scheme() string {
 		return "" // it was parsed when mounted
 	}
 	return u.Scheme
+}
+
+// probeOf returns a probe of b: one entry of its root listed.
+func probeOf(b backends.Backend) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := b.List(ctx, backends.ListOptions{MaxKeys: 1})
+		return err
+	}
 }

@@ -158,9 +158,12 @@ type mount struct {
 	// refreshing serialises refreshes of id (each may roll back to the
 	// credentials it found).
 	refreshing sync.Mutex
-	info       MountInfo
-	ready      chan struct{} // closed when mounting finished (err set on failure)
-	err        error
+	// probe asks the store for one entry of the mount's root: whether
+	// the credentials of a refresh are good. Set before ready is closed.
+	probe func(context.Context) error
+	info  MountInfo
+	ready chan struct{} // closed when mounting finished (err set on failure)
+	err   error
 
 	// Set before ready is closed, read-only afterwards.
 	srv            *mfs.Server
@@ -373,6 +376,7 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 	m.releaseBackend = release
 	m.metrics = newMountMetrics(target)
 	b := instrument(raw, m.metrics)
+	m.probe = probeOf(b)
 	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug}
 
 	if m.req.ReadOnly {
