@@ -311,8 +311,26 @@ func Table() []Option {
 		strOpt("oss-endpoint", GroupOSS, ScopeMount, "",
 			"OSS endpoint when the URI has none (default $OSS_ENDPOINT), e.g. oss-cn-hangzhou.aliyuncs.com or http://127.0.0.1:9000",
 			func(s *Settings) *string { return &s.Backend.OSS.Endpoint }),
+		strOpt("oss-region", GroupOSS, ScopeMount, "",
+			"OSS region V4 signatures name when the endpoint names none (oss-REGION.aliyuncs.com does; default $OSS_REGION, cn-hangzhou for an IP or localhost)",
+			func(s *Settings) *string { return &s.Backend.OSS.Region }),
+		{Name: "oss-signature-version", Group: GroupOSS, Scope: ScopeMount, Kind: "string", Default: "v4",
+			Help: `OSS request signatures: "v4" (OSS4-HMAC-SHA256, required of new accounts and buckets) or "v1" where it is still accepted`,
+			set: func(s *Settings, v string) error {
+				if v != "v4" && v != "v1" && v != "" {
+					return fmt.Errorf(`want v4 or v1`)
+				}
+				s.Backend.OSS.SignatureVersion = v
+				return nil
+			},
+			get: func(s *Settings) string {
+				if s.Backend.OSS.SignatureVersion == "" {
+					return "v4"
+				}
+				return s.Backend.OSS.SignatureVersion
+			}},
 		strOpt("oss-credentials-file", GroupOSS, ScopeNode, "",
-			"file with accessKeyID/accessKeySecret[/stsToken] lines (mode 0600); default: the OSS_ACCESS_KEY_* environment",
+			"file with accessKeyID/accessKeySecret[/stsToken] lines (mode 0600); default: the OSS_ACCESS_KEY_* environment, else the Alibaba Cloud default chain (see README, Credentials)",
 			func(s *Settings) *string { return &s.Backend.OSS.CredentialsFile }),
 		strOpt("oss-sts-endpoint", GroupOSS, ScopeNode, "",
 			"Alibaba Cloud STS host where a mount that brings an OSS role and a pod's OIDC token (RRSA) assumes it, always over HTTPS (default: sts.aliyuncs.com, or sts.$ALIBABA_CLOUD_STS_REGION.aliyuncs.com)",
@@ -371,7 +389,7 @@ func Table() []Option {
 			},
 			get: func(s *Settings) string { return s.Backend.S3.UploadChecksums }},
 		strOpt("s3-credentials-file", GroupS3, ScopeNode, "",
-			"AWS shared credentials file (profile $AWS_PROFILE or default) or AWS_ACCESS_KEY_ID=... lines, mode 0600; default: the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN environment",
+			"AWS shared credentials file the SDK's default chain reads instead of ~/.aws/credentials (profile $AWS_PROFILE, the URI's profile=, or default), mode 0600; the chain's other sources apply (see README, Credentials)",
 			func(s *Settings) *string { return &s.Backend.S3.CredentialsFile }),
 		sizeOpt("s3-multipart-threshold", GroupS3, ScopeMount, "16MiB", 0, 5<<30,
 			"S3 writes larger than this use a multipart upload",

@@ -284,13 +284,15 @@ output_path: nas://%s/
 	}
 }
 
-// TestRunWithholdsCredentials: the storage keys mlfsd may read from its own
-// environment do not reach the job.
+// TestRunWithholdsCredentials: the storage keys and tokens mlfsd may read
+// from its own environment, of every backend, do not reach the job.
 func TestRunWithholdsCredentials(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "ml")
 	spec := writeSpec(t, "name: c\ncommand: env > \"$PAI_OUTPUT_MODEL/env.txt\"\n")
 	cmd := mlfsdCmd(t, runArgs(t, "--spec", spec, "--root", root)...)
-	cmd.Env = append(cmd.Env, "OSS_ACCESS_KEY_ID=LTAI-test-id", "OSS_ACCESS_KEY_SECRET=test-secret-value", "OSS_SESSION_TOKEN=test-token", "UNRELATED=kept")
+	cmd.Env = append(cmd.Env, "OSS_ACCESS_KEY_ID=LTAI-test-id", "OSS_ACCESS_KEY_SECRET=test-secret-value", "OSS_SESSION_TOKEN=test-token", "UNRELATED=kept",
+		"ALIBABA_CLOUD_ACCESS_KEY_SECRET=test-ali-secret", "ALIBABA_CLOUD_SECURITY_TOKEN=test-ali-token",
+		"AWS_ACCESS_KEY_ID=AKIA-test-id", "AWS_SECRET_ACCESS_KEY=test-aws-secret", "AWS_SESSION_TOKEN=test-aws-token")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("mlfsd run: %v\n%s", err, out)
@@ -299,7 +301,7 @@ func TestRunWithholdsCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"LTAI-test-id", "test-secret-value", "test-token"} {
+	for _, secret := range []string{"LTAI-test-id", "test-secret-value", "test-token", "test-ali-secret", "test-ali-token", "AKIA-test-id", "test-aws-secret", "test-aws-token"} {
 		if strings.Contains(string(env), secret) || strings.Contains(string(out), secret) {
 			t.Errorf("%q reached the job's environment or mlfsd's output", secret)
 		}
