@@ -166,16 +166,18 @@ func (s *Server) authenticate(r *http.Request, rc *reqCtx) *authError {
 			streaming = fields["Credential"]
 		}
 	}
-	if s.opt.AccessKeyID != "" && ak != s.opt.AccessKeyID {
+	secret, ruled, known := s.secretOf(ak)
+	if (s.opt.AccessKeyID != "" || len(s.opt.Keys) > 0) && !known {
 		if rc.s3 {
 			return denied("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")
 		}
 		return denied("InvalidAccessKeyId", "The OSS Access Key Id you provided does not exist in our records.")
 	}
+	rc.ruled = ruled // access.go
 	if s.opt.Anonymous {
 		return nil
 	}
-	sig, e := want(s.opt.AccessKeySecret)
+	sig, e := want(secret)
 	if e != nil {
 		return e
 	}
@@ -186,7 +188,7 @@ func (s *Server) authenticate(r *http.Request, rc *reqCtx) *authError {
 		// Each chunk of the body is signed in a chain from this seed
 		// signature (awsChunkedReader checks them).
 		cred := strings.Split(streaming, "/")
-		rc.chunks = &chunkSigning{key: s3V4Key(s.opt.AccessKeySecret, cred), date: r.Header.Get("X-Amz-Date"),
+		rc.chunks = &chunkSigning{key: s3V4Key(secret, cred), date: r.Header.Get("X-Amz-Date"),
 			scope: strings.Join(cred[1:], "/"), prev: got}
 	}
 	return nil
