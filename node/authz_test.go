@@ -161,3 +161,64 @@ func TestCacheHitsAuthorizedPerIdentity(t *testing.T) {
 		t.Fatalf("the owner's second read sent %d GETs and %d HEADs; want none", gets-gets0, heads-heads0)
 	}
 }
+
+// TestSharedTierHitsAuthorizedPerIdentity: blocks one node put in the
+// shared tier are served through another node only to mounts the store
+// authorizes. The owner reads on node 1 and fills the tier; on node 2,
+// whose own cache holds nothing, "lister" gets EACCES and no bytes (its
+// HEAD refused, no GET sent), and "reader" is served from the tier after
+// one HEAD per file, with no GET.
+func TestSharedTierHitsAuthorizedPerIdentity(t *testing.T) {
+	emu, endpoint, files := tenantStore(t)
+	tierDir := t.TempDir()
+	tier := map[string]string{"shared-cache": "nas://" + tierDir + "/"}
+	n1, n2 := newTestNode(t, ""), newTestNode(t, "")
+	owner := mountAs(t, n1, endpoint, "owner", tier)
+	for name, data := range files {
+		if got := readFile(t, filepath.Join(owner, name)); !bytes.Equal(got, data) {
+			t.Fatalf("owner reads %s: %d bytes, want %d", name, len(got), len(data))
+		}
+	}
+	if _, heads := requests(emu); heads != 0 {
+		t.Fatalf("the owner reading its data cold through the tier sent %d HEADs", heads)
+	}
+	n1.shared.mu.Lock()
+	st := n1.shared.tiers[tier["shared-cache"]]
+	n1.shared.mu.Unlock()
+	if err := st.t.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// (Each test node's cleanup wants no mount left under the test's
+	// directories: node 1 is done.)
+	if err := n1.Unmount(t.Context(), owner); err != nil {
+		t.Fatal(err)
+	}
+
+	lister := mountAs(t, n2, endpoint, "lister", tier)
+	reader := mountAs(t, n2, endpoint, "reader", tier)
+	for _, mnt := range []string{lister, reader} {
+		for name := range files { // the listings, before counting
+			if _, err := os.Stat(filepath.Join(mnt, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	gets0, _ := requests(emu)
+	denied0 := emu.Stats()["AccessDenied"]
+	for name := range files {
+		catDenied(t, filepath.Join(lister, name))
+	}
+	if gets, _ := requests(emu); gets != gets0 || emu.Stats()["AccessDenied"] == denied0 {
+		t.Fatalf("lister's reads sent %d GETs and had %d requests refused; want no GET and its HEADs refused", gets-gets0, emu.Stats()["AccessDenied"]-denied0)
+	}
+
+	gets0, heads0 := requests(emu)
+	for name, data := range files {
+		if got := readFile(t, filepath.Join(reader, name)); !bytes.Equal(got, data) {
+			t.Fatalf("reader reads %s through the tier: %d bytes, want %d", name, len(got), len(data))
+		}
+	}
+	if gets, heads := requests(emu); gets != gets0 || heads != heads0+int64(len(files)) {
+		t.Fatalf("reader's reads through the tier sent %d GETs and %d HEADs; want none and one HEAD per file", gets-gets0, heads-heads0)
+	}
+}
