@@ -23,7 +23,8 @@ import (
 //     passthrough, asks the store: one Stat (a HEAD) through the view's
 //     own backend, of that version. A refusal fails the read or open with
 //     the backend's error (ErrPermission: EACCES) and no bytes are handed
-//     over; a changed object fails with ErrVersionMismatch.
+//     over; a changed object fails with ErrVersionMismatch. Handles of
+//     one principal asking at once share the HEAD.
 //
 // What was authorized is kept with the entry, in memory only (the
 // principals are fingerprints of secrets: they are never written), so it
@@ -67,18 +68,25 @@ func (h *handle) authorize(ctx context.Context) error {
 		h.authorized.Store(true)
 		return nil
 	}
-	h.c.stats.authRequests.Add(1)
-	info, err := h.src.b.Stat(ctx, h.src.key)
+	// Handles of one principal opening one object at once (parallel
+	// readers) share one HEAD.
+	_, err, _ := h.c.authFlight.Do(h.e.id+"\x00"+p, func() (any, error) {
+		h.c.stats.authRequests.Add(1)
+		info, err := h.src.b.Stat(ctx, h.src.key)
+		if err == nil && info.Version != h.src.version {
+			err = backends.Wrap("read", h.src.key, backends.ErrVersionMismatch,
+				fmt.Errorf("the store has version %q, the cache %q", info.Version, h.src.version))
+		}
+		if err != nil {
+			h.c.stats.authDenied.Add(1)
+			return nil, err
+		}
+		h.e.authorize(p)
+		return nil, nil
+	})
 	if err != nil {
-		h.c.stats.authDenied.Add(1)
 		return fmt.Errorf("authorize cached %q for this mount's credentials: %w", h.src.key, err)
 	}
-	if info.Version != h.src.version {
-		h.c.stats.authDenied.Add(1)
-		return backends.Wrap("read", h.src.key, backends.ErrVersionMismatch,
-			fmt.Errorf("the store has version %q, the cache %q", info.Version, h.src.version))
-	}
-	h.e.authorize(p)
 	h.authorized.Store(true)
 	return nil
 }

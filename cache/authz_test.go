@@ -185,3 +185,36 @@ func TestOwnFetchRefused(t *testing.T) {
 		t.Fatal("B's read sent no GET")
 	}
 }
+
+// TestConcurrentReadersShareOneHEAD: parallel readers of one principal
+// opening an object another principal cached ask the store once.
+func TestConcurrentReadersShareOneHEAD(t *testing.T) {
+	f := newFake("fake://shared/")
+	data := randomData(5, 2*MiB+9)
+	info := f.put("f", data)
+	c := newTestCache(t, Options{Dir: t.TempDir(), NoPassthrough: true})
+	if got, err := readAs(c.ViewAs("A"), &asPrincipal{fakeBackend: f}, info); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("A reads: %v", err)
+	}
+	c.quiesce() // on disk: B's readers find every block
+	b := &asPrincipal{fakeBackend: f}
+	v := c.ViewAs("B")
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			got, err := readAs(v, b, info)
+			if err == nil && !bytes.Equal(got, data) {
+				err = errors.New("wrong bytes")
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Fatalf("B reads: %v", err)
+		}
+	}
+	if n := b.stats.Load(); n != 1 {
+		t.Fatalf("8 readers of B sent %d HEADs; want 1", n)
+	}
+}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/dgraph-io/ristretto/v2"
 	"golang.org/x/sync/semaphore"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/mlfsd/mlfsd/backends"
 )
@@ -77,6 +78,9 @@ type Cache struct {
 	wg     sync.WaitGroup // fetches and background flushes
 
 	stats counters
+	// authFlight shares the HEAD that authorizes a principal for an
+	// object among its handles asking at once (authz.go).
+	authFlight singleflight.Group
 
 	mu      sync.Mutex
 	entries map[string]*entry   // GUARDED_BY(mu): by id
