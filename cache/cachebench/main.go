@@ -14,7 +14,10 @@
 //     ÷ an ideal client issuing 64 whole-object GETs in flight without FUSE
 //     (measured before and after the mounts, in the same run); then warm
 //     (the same mount) ÷ the same epoch on local disk (5 of each,
-//     alternating; the median of the pairs' ratios);
+//     alternating; the median of the pairs' ratios); and the store's
+//     HEADs during the cold epoch and its requests during the warm ones,
+//     which must be 0 and 0 (a mount reading its own data is authorized
+//     by its own GETs: cache/authz.go);
 //   - big4 (--only big4): 4 readers at once, each reading its own cold
 //     object (--big4-size, 256 MiB) through one mount with an empty cache,
 //     ÷ 4 ideal readers (--ideal-streams ranged GETs each, no FUSE) reading
