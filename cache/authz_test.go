@@ -218,3 +218,27 @@ func TestConcurrentReadersShareOneHEAD(t *testing.T) {
 		t.Fatalf("8 readers of B sent %d HEADs; want 1", n)
 	}
 }
+
+// TestAuthorizationIsPerVersion: a principal asking for a cached version
+// the store no longer has gets ErrVersionMismatch and no bytes, and is
+// not taken as authorized for it.
+func TestAuthorizationIsPerVersion(t *testing.T) {
+	f := newFake("fake://shared/")
+	old := f.put("f", randomData(6, 300<<10))
+	c := newTestCache(t, Options{Dir: t.TempDir()})
+	if _, err := readAs(c.ViewAs("A"), &asPrincipal{fakeBackend: f}, old); err != nil {
+		t.Fatal(err)
+	}
+	c.quiesce()
+	f.put("f", randomData(7, 300<<10)) // a new version; B still lists the old one
+	b := &asPrincipal{fakeBackend: f}
+	for i := 0; i < 2; i++ {
+		got, err := readAs(c.ViewAs("B"), b, old)
+		if !errors.Is(err, backends.ErrVersionMismatch) || len(got) != 0 {
+			t.Fatalf("B read %d bytes of a version the store no longer has: %v", len(got), err)
+		}
+	}
+	if n := b.stats.Load(); n != 2 {
+		t.Fatalf("B sent %d HEADs for two reads of a gone version; want 2 (never taken as authorized)", n)
+	}
+}
