@@ -35,6 +35,7 @@ import (
 
 	"github.com/dgraph-io/ristretto/v2"
 	"golang.org/x/sync/semaphore"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/mlfsd/mlfsd/backends"
 )
@@ -77,6 +78,9 @@ type Cache struct {
 	wg     sync.WaitGroup // fetches and background flushes
 
 	stats counters
+	// authFlight shares the HEAD that authorizes a principal for an
+	// object among its handles asking at once (authz.go).
+	authFlight singleflight.Group
 
 	mu      sync.Mutex
 	entries map[string]*entry   // GUARDED_BY(mu): by id
@@ -250,6 +254,10 @@ type Stats struct {
 	// HeapBlocks counts block buffers taken from the heap because every
 	// block of the arena was in use (each costs fresh pages).
 	HeapBlocks int64
+	// AuthRequests counts the Stat requests made to authorize a view's
+	// principal for an object it had not fetched itself (authz.go), and
+	// AuthDenied those refused (or finding the object changed).
+	AuthRequests, AuthDenied int64
 }
 
 type counters struct {
@@ -258,6 +266,7 @@ type counters struct {
 	memoryHits, diskHits, fetchWaits atomic.Int64
 	passthroughOpens, evictions      atomic.Int64
 	warmedFiles                      atomic.Int64
+	authRequests, authDenied         atomic.Int64
 	writtenFromMemory                atomic.Int64 // blocks completeLater wrote from memory (tests)
 	bytes                            tierBytes
 }
@@ -286,6 +295,8 @@ func (c *Cache) Stats() Stats {
 		DiskBytes:        used,
 		MemoryBytes:      c.memoryBytes(),
 		HeapBlocks:       c.arena.heap.Load(),
+		AuthRequests:     s.authRequests.Load(),
+		AuthDenied:       s.authDenied.Load(),
 	}
 }
 
@@ -300,10 +311,10 @@ func (c *Cache) memoryBytes() int64 {
 // reads are counted in the cache's Stats only; a mount that wants its own
 // counters opens through a View.
 func (c *Cache) Open(ctx context.Context, b backends.Backend, info backends.ObjectInfo) (Handle, error) {
-	return c.open(nil, b, info)
+	return c.open(ctx, nil, b, info)
 }
 
-func (c *Cache) open(v *View, b backends.Backend, info backends.ObjectInfo) (Handle, error) {
+func (c *Cache) open(ctx context.Context, v *View, b backends.Backend, info backends.ObjectInfo) (Handle, error) {
 	if info.IsDir {
 		return nil, backends.Wrap("open", info.Key, backends.ErrIsDir, nil)
 	}
@@ -319,12 +330,24 @@ func (c *Cache) open(v *View, b backends.Backend, info backends.ObjectInfo) (Han
 	e.readers.Add(1)
 	e.mu.Lock()
 	complete := e.complete
-	if complete && e.file != nil && !c.opt.NoPassthrough {
-		// The kernel reads this fd directly: the complete file, which
-		// nothing writes and which stays open while we hold our pin.
-		h.ptFd = int(e.file.Fd())
-	}
+	passthrough := complete && e.file != nil && !c.opt.NoPassthrough
 	e.mu.Unlock()
+	if passthrough {
+		// The kernel will read the file without us: the principal must
+		// be authorized for it now (authz.go).
+		if err := h.authorize(ctx); err != nil {
+			e.readers.Add(-1)
+			c.release(e)
+			return nil, err
+		}
+		e.mu.Lock()
+		if e.file != nil {
+			// The kernel reads this fd directly: the complete file, which
+			// nothing writes and which stays open while we hold our pin.
+			h.ptFd = int(e.file.Fd())
+		}
+		e.mu.Unlock()
+	}
 	if info.Size <= c.opt.SmallFileBytes && !complete {
 		// Small objects: one whole-object request, started now, so that
 		// small files opened by parallel readers load in parallel; and

@@ -63,6 +63,9 @@ type entry struct {
 	// whole: a one-block object with no disk file yet, written whole
 	// (writeWhole) rather than into a .part. GUARDED_BY(mu)
 	whole bool
+	// authz lists the principals the store authorized for this version
+	// (authz.go); almost always one. GUARDED_BY(mu)
+	authz []string
 }
 
 // source is what a fetch needs to read an object: the handle supplies it,
@@ -260,6 +263,12 @@ func (e *entry) fetch(src source, first int64, fetches []*blockFetch) {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				// Shorter than its listing said: it changed under us.
 				err = backends.Wrap("read", src.key, backends.ErrVersionMismatch, err)
+			}
+			if err == nil && i == 0 {
+				// The store served this principal that version: it may
+				// be served what is cached of it. Recorded before the
+				// block is published, so its readers need not ask.
+				e.authorize(src.principal())
 			}
 		}
 		if err != nil {

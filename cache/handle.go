@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // handle is one open object. It implements Handle and, for a file
@@ -16,6 +17,9 @@ type handle struct {
 	// ptFd is the complete file's fd (the entry's, open while we hold our
 	// pin), offered for passthrough; -1 otherwise.
 	ptFd int
+	// authorized: the store authorized src's principal for this version
+	// (authz.go), so reads need not look again.
+	authorized atomic.Bool
 
 	mu     sync.Mutex
 	next   int64 // GUARDED_BY(mu): where a sequential stream reads next
@@ -100,6 +104,18 @@ func (h *handle) read(ctx context.Context, p []byte, off int64, emit func([]byte
 		boff := pos - bi*bs
 		lim := min(end-pos, bs-boff)
 		v, r, t, err := h.readBlock(ctx, bi, p[n:n+int(lim)], boff)
+		if len(v) > 0 && !h.authorized.Load() {
+			// After the block is in: when this handle's own fetch
+			// brought it, that fetch authorized it and costs no more.
+			if aerr := h.authorize(ctx); aerr != nil {
+				if r.valid() {
+					r.unref()
+				} else {
+					clear(v) // read from disk into p: none of it goes out
+				}
+				return aerr
+			}
+		}
 		if len(v) > 0 {
 			h.c.account(h.src.view, t, int64(len(v)))
 			emit(v, r)

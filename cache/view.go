@@ -12,20 +12,29 @@ import (
 // view) and keeps that mount's own counters. Views of one Cache share
 // data across backends instances as long as their IDs match: an object is
 // identified by (backend ID, key, version), and a backend's ID names its
-// store and root, not the client.
+// store and root, not the client. Which client may be served that data is
+// decided per principal (authz.go).
 type View struct {
-	c     *Cache
-	bytes tierBytes
+	c         *Cache
+	principal string
+	bytes     tierBytes
 }
 
 var _ Source = (*View)(nil)
 
-// View returns a new view of the cache, with counters of its own.
-func (c *Cache) View() *View { return &View{c: c} }
+// View returns a new view of the cache, with counters of its own, for the
+// principal "" (the one Cache.Open reads as).
+func (c *Cache) View() *View { return c.ViewAs("") }
+
+// ViewAs returns a new view whose reads are made as principal: an opaque
+// name of the credentials its backends use (the node daemon gives a
+// fingerprint of them). Cached data is served to it only once the store
+// authorized that principal for the object version (authz.go).
+func (c *Cache) ViewAs(principal string) *View { return &View{c: c, principal: principal} }
 
 // Open implements Source through the shared cache, counting to this view.
-func (v *View) Open(_ context.Context, b backends.Backend, info backends.ObjectInfo) (Handle, error) {
-	return v.c.open(v, b, info)
+func (v *View) Open(ctx context.Context, b backends.Backend, info backends.ObjectInfo) (Handle, error) {
+	return v.c.open(ctx, v, b, info)
 }
 
 // ViewStats are one view's counters.

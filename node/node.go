@@ -384,7 +384,9 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 		if err != nil {
 			return err
 		}
-		m.view = c.View()
+		// Cached data is served to this mount once the store authorized
+		// its credentials for the object (cache/authz.go).
+		m.view = c.ViewAs(m.req.Credentials.fingerprint())
 		m.metrics.serveFrom(m.view)
 		mopt.ReadOnly = true
 		// The cache's misses read the source through the shared tier, if any.

@@ -128,6 +128,7 @@ var mutants = map[string]struct {
 	// reader's buffer: the suite must read as the node cache does.
 	"no-verify-direct": {func(o *Options) { o.noVerifyDirect = true }, []string{"CorruptFlipped"}},
 	"no-version":       {func(o *Options) { o.noVersion = true }, []string{"NewVersionNotStale"}},
+	"no-authz":         {func(o *Options) { o.noAuthz = true }, []string{"RefusedSourceGetsNothing"}},
 	// A deadline the slow store outlasts: the suite's own timeout (far
 	// above this test's child deadline) is what catches it.
 	"no-deadline": {func(o *Options) { o.Timeout = time.Hour }, []string{"StoreSlow"}},
@@ -148,7 +149,8 @@ func TestMutantChild(t *testing.T) {
 // TestSuiteCatchesMutants proves the suite fails on broken tiers: one that
 // serves blocks without checking them, one that skips the checksum of the
 // blocks it reads straight into the caller's buffer, one that keys blocks
-// without the version, one with no deadline on the store.
+// without the version, one that serves blocks to credentials the source
+// refuses, one with no deadline on the store.
 func TestSuiteCatchesMutants(t *testing.T) {
 	names := make([]string, 0, len(mutants))
 	for n := range mutants {

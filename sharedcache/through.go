@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/mlfsd/mlfsd/backends"
 )
 
@@ -15,13 +17,20 @@ import (
 // other call (Stat, List, writes, and reads without a version or a length,
 // which cannot be keyed) goes to src unchanged; optional interfaces of src
 // are found with backends.As.
+//
+// A block from the tier is served only once src's own credentials were
+// authorized by the store for that object version (authz.go).
 func (t *Tier) Through(src backends.Backend) backends.Backend {
-	return &through{Backend: src, t: t}
+	return &through{Backend: src, t: t, authz: map[string]struct{}{}}
 }
 
 type through struct {
 	backends.Backend
 	t *Tier
+
+	mu     sync.Mutex
+	authz  map[string]struct{} // GUARDED_BY(mu): versions the store authorized src for (authz.go)
+	flight singleflight.Group  // the HEADs authorizing src, by version (authz.go)
 }
 
 // Unwrap implements backends.Unwrapper.
@@ -78,6 +87,9 @@ type reader struct {
 	srcCancel context.CancelFunc
 	won       map[int64]bool
 	offered   map[int64]bool
+
+	// authorizedOK: src was authorized for this version (authz.go).
+	authorizedOK bool
 }
 
 // claimOutcome is one block's claim, as seen by the reader.
@@ -96,6 +108,10 @@ func (r *reader) Read(p []byte) (int, error) {
 		}
 		var err error
 		if r.next != nil {
+			if err = r.authorize(); err != nil {
+				r.stopAhead()
+				return 0, err
+			}
 			var n int
 			if n, err = r.readNext(p); n > 0 || err != nil {
 				return n, err
@@ -135,7 +151,7 @@ func (r *reader) fromTier() error {
 	var s *stream
 	ok := false
 	following := r.t.ew != nil && r.t.foreign(r.name(bi))
-	if r.ahead == nil && r.t.up() && r.t.lastHit.Load() && !following {
+	if r.ahead == nil && r.t.up() && r.t.lastHit.Load() && !following && r.mayServe() {
 		// The tier answered the last range's first block: ask for all of
 		// this range's blocks at once (one round trip, not two).
 		r.readAhead(bi, (r.end-1)/bs)
@@ -151,6 +167,13 @@ func (r *reader) fromTier() error {
 		s, ok = r.t.open(r.ctx, r.header(bi), true)
 		r.t.lastHit.Store(ok)
 		if ok {
+			// A hit: the source's credentials must be authorized
+			// before the tier serves it, and before more is asked of
+			// the tier for a reader that may get nothing.
+			if err := r.authorize(); err != nil {
+				s.close()
+				return err
+			}
 			r.readAhead(bi+1, (r.end-1)/bs)
 		}
 	} else {
@@ -375,6 +398,10 @@ func (r *reader) follow(bi int64) error {
 	data, buf, ok := r.t.await(r.ctx, r.header(bi))
 	if ok {
 		r.t.lastHit.Store(true)
+		if err := r.authorize(); err != nil {
+			r.t.putBuf(buf)
+			return err
+		}
 		r.serve(bi, data, buf)
 		return nil
 	}
@@ -450,6 +477,10 @@ func (r *reader) openSource(ctx context.Context) error {
 		return err
 	}
 	r.src, r.srcEnd = src, srcEnd
+	// The store answered src's ranged GET of this version: src may be
+	// served the tier's blocks of it too.
+	r.b.authorized(r.key, r.version)
+	r.authorizedOK = true
 	return nil
 }
 

@@ -91,6 +91,9 @@ type Options struct {
 	// caller's buffer, and noVersion keys blocks without the version: the
 	// mutants that prove the conformance suite catches them (tests only).
 	noVerify, noVerifyDirect, noVersion bool
+	// noAuthz serves tier blocks to any source without asking it
+	// (authz.go): the mutant of the per-credentials check (tests only).
+	noAuthz bool
 	// clock is the time of leases and claims (tests move it).
 	clock func() time.Time
 }
@@ -184,6 +187,10 @@ type Stats struct {
 	// read them from the source; FlightTimeouts those waits that ran out
 	// (the block then came from the source).
 	FlightsWon, FlightWaits, FlightTimeouts int64
+	// AuthRequests counts the Stats sent to a source to authorize its
+	// credentials for blocks it did not read itself (authz.go), and
+	// AuthDenied those refused or finding the object changed.
+	AuthRequests, AuthDenied int64
 }
 
 type counters struct {
@@ -191,6 +198,7 @@ type counters struct {
 	writes, writeBytes, writeErrors, dropped   atomic.Int64
 	sweeps, sweptBytes                         atomic.Int64
 	flightsWon, flightWaits, flightTimeouts    atomic.Int64
+	authRequests, authDenied                   atomic.Int64
 }
 
 // Tier is a shared block tier on one store. It is safe for concurrent use.
@@ -278,6 +286,7 @@ func (t *Tier) Stats() Stats {
 		Writes: t.st.writes.Load(), WriteBytes: t.st.writeBytes.Load(), WriteErrors: t.st.writeErrors.Load(),
 		Dropped: t.st.dropped.Load(), Sweeps: t.st.sweeps.Load(), SweptBytes: t.st.sweptBytes.Load(),
 		FlightsWon: t.st.flightsWon.Load(), FlightWaits: t.st.flightWaits.Load(), FlightTimeouts: t.st.flightTimeouts.Load(),
+		AuthRequests: t.st.authRequests.Load(), AuthDenied: t.st.authDenied.Load(),
 	}
 }
 

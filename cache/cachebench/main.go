@@ -14,7 +14,10 @@
 //     ÷ an ideal client issuing 64 whole-object GETs in flight without FUSE
 //     (measured before and after the mounts, in the same run); then warm
 //     (the same mount) ÷ the same epoch on local disk (5 of each,
-//     alternating; the median of the pairs' ratios);
+//     alternating; the median of the pairs' ratios); and the store's
+//     HEADs during the cold epoch and its requests during the warm ones,
+//     which must be 0 and 0 (a mount reading its own data is authorized
+//     by its own GETs: cache/authz.go);
 //   - big4 (--only big4): 4 readers at once, each reading its own cold
 //     object (--big4-size, 256 MiB) through one mount with an empty cache,
 //     ÷ 4 ideal readers (--ideal-streams ranged GETs each, no FUSE) reading
@@ -186,6 +189,10 @@ type result struct {
 	IdealFPS, ColdFPS, ColdNoPrefetchFPS, LocalFPS, WarmFPS float64
 	ColdRatio3, ColdNoPrefetchRatio, WarmRatio3             float64
 	ColdBackendFiles, ColdNoPrefetchBackendFiles            int64 // GETs the emulator served during each cold epoch
+	// HEADs the emulator served during the cold epoch with prefetch (a
+	// mount authorized by its own GETs sends none: cache/authz.go), and
+	// GETs and HEADs during the 5 warm epochs (none once authorized).
+	ColdHeads, WarmRequests int64
 	// The list workload: seconds of a cold `ls -l` of one directory
 	// through a fresh mount, of `ls -f` (names only) through another, and
 	// of listing it with the OSS backend, page after page, without FUSE,
@@ -393,7 +400,11 @@ func (e *emulator) stop() {
 }
 
 // gets returns the emulator's GetObject count.
-func (e *emulator) gets() int64 {
+func (e *emulator) gets() int64 { return e.count("GetObject") }
+
+// count returns one of the emulator's request counters ("GetObject",
+// "HeadObject"), or -1 when it cannot be read.
+func (e *emulator) count(name string) int64 {
 	resp, err := http.Get(e.endpoint + "/_mlfsd/stats")
 	if err != nil {
 		return -1
@@ -401,7 +412,7 @@ func (e *emulator) gets() int64 {
 	defer resp.Body.Close()
 	var st map[string]int64
 	json.NewDecoder(resp.Body).Decode(&st)
-	return st["GetObject"]
+	return st[name]
 }
 
 type mount struct {
@@ -934,6 +945,7 @@ func benchSmall(ctx context.Context, c config, emu *emulator, emuRoot string, r 
 		return fmt.Errorf("ideal epoch: %w", err)
 	}
 	fps := func(secs float64) float64 { return float64(c.smallFiles) / secs }
+	var coldHeads int64 // of the last cold epoch
 	// cold mounts a fresh cache, lists the dataset as a loader does
 	// (untimed), then times one epoch; it returns the mount, still up.
 	cold := func(extra string) (*mount, float64, int64, error) {
@@ -959,13 +971,13 @@ func benchSmall(ctx context.Context, c config, emu *emulator, emuRoot string, r 
 			err = fmt.Errorf("listed %d files through the mount, want %d", n, c.smallFiles)
 		}
 		var secs float64
-		gets := emu.gets()
+		gets, heads := emu.gets(), emu.count("HeadObject")
 		if err == nil {
 			profiled := m.profile(c, "small-cold"+strings.ReplaceAll(extra, "--", "-"))
 			secs, err = epoch(c, under(mnt))
 			profiled()
 		}
-		gets = emu.gets() - gets
+		gets, coldHeads = emu.gets()-gets, emu.count("HeadObject")-heads
 		if err != nil {
 			res.PeakRSS = max(res.PeakRSS, m.stop())
 			return nil, 0, 0, err
@@ -979,7 +991,9 @@ func benchSmall(ctx context.Context, c config, emu *emulator, emuRoot string, r 
 			return fmt.Errorf("cold epoch, directory prefetch on: %w", err)
 		}
 		warmMount = m
-		res.ColdFPS, res.ColdBackendFiles = fps(secs), gets
+		res.ColdFPS, res.ColdBackendFiles, res.ColdHeads = fps(secs), gets, coldHeads
+		requests := func() int64 { return emu.gets() + emu.count("HeadObject") }
+		before := requests()
 		// The local-disk limit reads the emulator's own files, in the
 		// order of the warm epoch. A warm epoch lasts a fraction of a
 		// second, so local and warm epochs alternate 5 times and the
@@ -1000,6 +1014,7 @@ func benchSmall(ctx context.Context, c config, emu *emulator, emuRoot string, r 
 			ratios = append(ratios, local/warm)
 		}
 		profiled()
+		res.WarmRequests = requests() - before
 		res.LocalFPS, res.WarmFPS, res.WarmRatio3 = median(locals), median(warms), median(ratios)
 		res.PeakRSS = max(res.PeakRSS, m.stop())
 		warmMount = nil
@@ -1145,16 +1160,18 @@ func report(c config, rs []result, rssBound int64) {
 	if c.wants("small") {
 		fmt.Printf("epoch of %d x %s files in %d dirs, %d readers, shuffled, files/s:\n", c.smallFiles, humanize.IBytes(uint64(c.smallSize)), c.smallDirs, c.readers)
 		fmt.Printf("  ideal client (%d whole-object GETs in flight, no FUSE) %.0f\n", c.idealGETs, col(func(r result) float64 { return r.IdealFPS }))
-		fmt.Printf("  cold, directory prefetch on  %.0f = %.2f of ideal (goal >= 0.7; %.0f GETs)\n", col(func(r result) float64 { return r.ColdFPS }),
-			col(func(r result) float64 { return r.ColdRatio3 }), col(func(r result) float64 { return float64(r.ColdBackendFiles) }))
+		fmt.Printf("  cold, directory prefetch on  %.0f = %.2f of ideal (goal >= 0.7; %.0f GETs, %.0f HEADs: want 0)\n", col(func(r result) float64 { return r.ColdFPS }),
+			col(func(r result) float64 { return r.ColdRatio3 }), col(func(r result) float64 { return float64(r.ColdBackendFiles) }),
+			col(func(r result) float64 { return float64(r.ColdHeads) }))
 		fmt.Printf("  cold, directory prefetch off %.0f = %.2f of ideal (%.0f GETs)\n", col(func(r result) float64 { return r.ColdNoPrefetchFPS }),
 			col(func(r result) float64 { return r.ColdNoPrefetchRatio }), col(func(r result) float64 { return float64(r.ColdNoPrefetchBackendFiles) }))
 		fmt.Printf("  on / off per run:")
 		for _, r := range rs {
 			fmt.Printf(" %.2f", r.ColdFPS/r.ColdNoPrefetchFPS)
 		}
-		fmt.Printf("\n  warm %.0f / local disk %.0f = %.2f (goal >= 0.5)\n", col(func(r result) float64 { return r.WarmFPS }),
-			col(func(r result) float64 { return r.LocalFPS }), col(func(r result) float64 { return r.WarmRatio3 }))
+		fmt.Printf("\n  warm %.0f / local disk %.0f = %.2f (goal >= 0.5; %.0f store requests in 5 warm epochs: want 0)\n", col(func(r result) float64 { return r.WarmFPS }),
+			col(func(r result) float64 { return r.LocalFPS }), col(func(r result) float64 { return r.WarmRatio3 }),
+			col(func(r result) float64 { return float64(r.WarmRequests) }))
 	}
 	if c.wants("list") {
 		fmt.Printf("cold listing of one directory of %d entries, seconds: ls -l %.2f (goal < 3), ls -f %.2f, OSS backend alone (no FUSE) %.2f page after page, %.2f in ranges at once\n",

@@ -19,7 +19,7 @@ import (
 func newEmulateOSSCmd(a *app) *cobra.Command {
 	var (
 		root, listen, bandwidth, kinds string
-		keyID, secretFile              string
+		keyID, secretFile, rulesFile   string
 		vhosts, stsRoles               []string
 		anonymous, mdToken             bool
 		ttfb, stsDuration              time.Duration
@@ -43,6 +43,10 @@ OSS_ACCESS_KEY_ID / OSS_ACCESS_KEY_SECRET from the environment (the variables
 mlfsd itself reads, so one export serves both), or --access-key-id with
 --access-key-secret-file; with neither, the demo pair
 ` + ossemu.DefaultAccessKeyID + ` / ` + ossemu.DefaultAccessKeySecret + `. --anonymous accepts any request.
+--access-rules FILE adds key pairs that may do only what their rules allow (list,
+get or put under a bucket and prefix), refused otherwise with 403 AccessDenied:
+  {"keys": [{"id": "reader", "secret": "...",
+             "allow": [{"bucket": "data", "prefix": "train/", "actions": ["list", "get"]}]}]}
 
 Point mlfsd at it with --oss-endpoint http://ADDR (or oss://bucket.ADDR/prefix/)
 and the same OSS_ACCESS_KEY_ID / OSS_ACCESS_KEY_SECRET, or, over S3, with
@@ -82,6 +86,13 @@ to --ca-cert-out for SSL_CERT_FILE.`,
 					return err
 				}
 				opt.AccessKeyID, opt.AccessKeySecret = id, secret
+			}
+			if rulesFile != "" {
+				keys, err := ossemu.LoadKeys(rulesFile)
+				if err != nil {
+					return fmt.Errorf("--access-rules: %w", err)
+				}
+				opt.Keys = keys
 			}
 			if bandwidth != "" {
 				n, err := humanize.ParseBytes(strings.TrimSuffix(strings.TrimSpace(bandwidth), "/s"))
@@ -157,6 +168,7 @@ to --ca-cert-out for SSL_CERT_FILE.`,
 	f.StringVar(&keyID, "access-key-id", "", "access key id requests must be signed with (default $OSS_ACCESS_KEY_ID, else the demo pair)")
 	f.StringVar(&secretFile, "access-key-secret-file", "", "file holding the access key secret (default $OSS_ACCESS_KEY_SECRET)")
 	f.BoolVar(&anonymous, "anonymous", false, "accept any request, signed or not")
+	f.StringVar(&rulesFile, "access-rules", "", "JSON file of further key pairs and what each may list, get or put (see above)")
 	f.StringSliceVar(&vhosts, "virtual-host", nil, "host name under which BUCKET.NAME addresses a bucket (default localhost)")
 	f.DurationVar(&stsDuration, "sts-duration", ossemu.DefaultSTSDuration, "lifetime of the keys STS and the metadata endpoints issue, e.g. 60s")
 	f.StringSliceVar(&stsRoles, "sts-role", nil, "role ARN STS lets be assumed (repeatable; default any well-formed ARN)")

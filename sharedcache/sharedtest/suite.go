@@ -6,7 +6,9 @@
 //
 // It checks that reads through the tier return the source's bytes for
 // every range (block edges, past the end, unaligned); that a second node
-// reads what a first node read without touching the source; that a new
+// reads what a first node read without touching the source, but only
+// through credentials the source authorizes (one HEAD, then nothing);
+// that a new
 // version of an object is never served the old one's blocks; that a
 // corrupt, truncated or misplaced block in the store is never served, costs
 // only a read of the source and is overwritten; that a store that is down,
@@ -59,6 +61,7 @@ const bs = 64 << 10
 func Run(t *testing.T, h Harness) {
 	t.Run("Ranges", func(t *testing.T) { testRanges(t, h) })
 	t.Run("SecondNodeSkipsSource", func(t *testing.T) { testSecondNode(t, h) })
+	t.Run("RefusedSourceGetsNothing", func(t *testing.T) { testRefusedSource(t, h) })
 	t.Run("NewVersionNotStale", func(t *testing.T) { testNewVersion(t, h) })
 	t.Run("CorruptFlipped", func(t *testing.T) { testCorrupt(t, h, flipByte) })
 	t.Run("CorruptTruncated", func(t *testing.T) { testCorrupt(t, h, truncate) })
@@ -273,6 +276,73 @@ func testSecondNode(t *testing.T, h Harness) {
 	}
 	if n := src.read.Load() - before; n != 0 {
 		t.Fatalf("the second node read %d bytes from the source; the first node had read every block", n)
+	}
+}
+
+// asClient is a client of the suite's source with its own answer from
+// it (the same ID: the tier keeps one copy for every client), counting
+// its HEADs and its reads.
+type asClient struct {
+	*source
+	refused      bool
+	stats, reads atomic.Int64
+}
+
+func (c *asClient) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	c.stats.Add(1)
+	if c.refused {
+		return backends.ObjectInfo{}, backends.Wrap("stat", key, backends.ErrPermission, nil)
+	}
+	return c.source.Stat(ctx, key)
+}
+
+func (c *asClient) Read(ctx context.Context, key string, opt backends.ReadOptions) (io.ReadCloser, error) {
+	c.reads.Add(1)
+	if c.refused {
+		return nil, backends.Wrap("read", key, backends.ErrPermission, nil)
+	}
+	return c.source.Read(ctx, key, opt)
+}
+
+// testRefusedSource: blocks a first node put in the tier reach a second
+// node's reader only through credentials the source authorizes. Refused
+// ones get the source's ErrPermission and no byte, for every object;
+// allowed ones are served from the tier after one HEAD per object, read
+// nothing from the source, and ask nothing more on a second read.
+func testRefusedSource(t *testing.T, h Harness) {
+	src := newSource(t)
+	objs := objects(t, src)
+	store := h.Store(t)
+	first := h.New(t, store, bs)
+	for _, o := range objs {
+		readAll(t, first.Through(src), o, 4)
+	}
+	flush(t, first)
+	second := h.New(t, store, bs)
+	refused := &asClient{source: src, refused: true}
+	through := second.Through(refused)
+	for _, o := range objs {
+		got, err := readRange(t.Context(), through, o, 0, int64(len(o.data)))
+		if !errors.Is(err, backends.ErrPermission) || len(got) != 0 {
+			t.Fatalf("refused client read %d bytes of %s (size %d) from the tier: %v", len(got), o.info.Key, len(o.data), err)
+		}
+	}
+	if refused.reads.Load() != 0 {
+		t.Fatalf("refused client sent %d reads to the source; its blocks were all in the tier", refused.reads.Load())
+	}
+	allowed := &asClient{source: src}
+	through = second.Through(allowed)
+	before := src.read.Load()
+	for round := 0; round < 2; round++ {
+		for _, o := range objs {
+			readAll(t, through, o, 2)
+		}
+	}
+	if n := allowed.stats.Load(); n != int64(len(objs)) {
+		t.Fatalf("allowed client sent %d HEADs for %d objects read twice from the tier; want one per object", n, len(objs))
+	}
+	if n := src.read.Load() - before; n != 0 {
+		t.Fatalf("allowed client read %d bytes from the source; the tier held every block", n)
 	}
 }
 

@@ -166,10 +166,11 @@ func (s *Server) authenticate(r *http.Request, rc *reqCtx) *authError {
 			streaming = fields["Credential"]
 		}
 	}
-	secret, e := s.keySecret(r, rc, ak)
+	secret, ruled, e := s.keySecret(r, rc, ak)
 	if e != nil {
 		return e
 	}
+	rc.ruled = ruled // access.go
 	if s.opt.Anonymous {
 		return nil
 	}

@@ -66,6 +66,9 @@ type Options struct {
 	// SignatureDoesNotMatch). Both empty means DefaultAccessKeyID and
 	// DefaultAccessKeySecret.
 	AccessKeyID, AccessKeySecret string
+	// Keys are further key pairs requests may be signed with, each doing
+	// only what its rules allow (access.go); the key above may do anything.
+	Keys []Key
 	// Anonymous accepts any request, signed or not, with any key (unless
 	// AccessKeyID is set: then the key id must still match).
 	Anonymous bool
@@ -161,6 +164,9 @@ func New(root string, opt Options) (*Server, error) {
 		return nil, fmt.Errorf("access key id %q has no secret: set both, or neither for the default pair, or accept anonymous requests", opt.AccessKeyID)
 	case opt.AccessKeyID == "" && opt.AccessKeySecret != "":
 		return nil, errors.New("an access key secret was given without its access key id")
+	}
+	if err := checkKeys(opt.Keys, opt.AccessKeyID); err != nil {
+		return nil, err
 	}
 	log := opt.Log
 	if log == nil {
@@ -276,6 +282,9 @@ type reqCtx struct {
 	// chunks verifies a streaming SigV4 body's chunk signatures; nil
 	// unless the request is one (set by authenticate).
 	chunks *chunkSigning
+	// ruled is the key the request was signed with when that key has
+	// rules (access.go); nil for the primary key (set by authenticate).
+	ruled *Key
 }
 
 func (s *Server) newRequestID() string {
@@ -349,6 +358,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if e := s.authenticate(r, rc); e != nil {
 		s.count("AuthFailed")
 		s.writeError(w, r, rc, e.status, e.code, e.msg)
+		return
+	}
+	if s.authorize(r, rc) != nil {
+		s.refuse(w, r, rc)
 		return
 	}
 	if d := s.opt.TTFB; d > 0 {

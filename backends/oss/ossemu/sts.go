@@ -81,16 +81,20 @@ func (s *Server) tempKey(ak string) (TempKey, bool) {
 // against: the configured pair's, or an issued key's, after checking that
 // the request carries the key's token and that the key has not expired
 // (the codes OSS and S3 answer: SecurityTokenExpired, ExpiredToken).
-func (s *Server) keySecret(r *http.Request, rc *reqCtx, ak string) (string, *authError) {
-	if s.opt.AccessKeyID == "" || ak == s.opt.AccessKeyID {
-		return s.opt.AccessKeySecret, nil
+func (s *Server) keySecret(r *http.Request, rc *reqCtx, ak string) (string, *Key, *authError) {
+	if s.opt.AccessKeyID == "" && len(s.opt.Keys) == 0 {
+		return s.opt.AccessKeySecret, nil, nil
+	}
+	// The configured pairs, each with its access rules (access.go).
+	if secret, ruled, known := s.secretOf(ak); known {
+		return secret, ruled, nil
 	}
 	k, ok := s.tempKey(ak)
 	if !ok {
 		if rc.s3 {
-			return "", denied("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")
+			return "", nil, denied("InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records.")
 		}
-		return "", denied("InvalidAccessKeyId", "The OSS Access Key Id you provided does not exist in our records.")
+		return "", nil, denied("InvalidAccessKeyId", "The OSS Access Key Id you provided does not exist in our records.")
 	}
 	q := r.URL.Query()
 	var tok string
@@ -101,18 +105,18 @@ func (s *Server) keySecret(r *http.Request, rc *reqCtx, ak string) (string, *aut
 	}
 	if tok != k.SecurityToken {
 		if rc.s3 {
-			return "", denied("InvalidToken", "The provided token is malformed or otherwise invalid.")
+			return "", nil, denied("InvalidToken", "The provided token is malformed or otherwise invalid.")
 		}
-		return "", denied("InvalidSecurityToken", "The security token you provided is invalid.")
+		return "", nil, denied("InvalidSecurityToken", "The security token you provided is invalid.")
 	}
 	if time.Now().After(k.Expires) {
 		s.count("sts.expired")
 		if rc.s3 {
-			return "", &authError{http.StatusBadRequest, "ExpiredToken", "The provided token has expired."}
+			return "", nil, &authError{http.StatusBadRequest, "ExpiredToken", "The provided token has expired."}
 		}
-		return "", denied("SecurityTokenExpired", "The security token you provided has expired.")
+		return "", nil, denied("SecurityTokenExpired", "The security token you provided has expired.")
 	}
-	return k.AccessKeySecret, nil
+	return k.AccessKeySecret, nil, nil
 }
 
 func firstNonEmpty(vs ...string) string {
