@@ -151,7 +151,7 @@ func New(opt Options) (*Cache, error) {
 	c := &Cache{
 		opt:         opt,
 		log:         opt.Log,
-		arena:       newArena(int(nblocks), opt.BlockSize, !opt.noPrefault),
+		arena:       newArena(int(nblocks), opt.BlockSize, true),
 		mem:         mem,
 		ready:       newReadyBuf(readyLimit),
 		total:       newRequestSlots(opt.TotalRequests),
@@ -250,6 +250,10 @@ type Stats struct {
 	// HeapBlocks counts block buffers taken from the heap because every
 	// block of the arena was in use (each costs fresh pages).
 	HeapBlocks int64
+	// ArenaBytes is the part of the block arena ever used, whose pages
+	// the process holds from then on: it grows from 0 as reads first
+	// need blocks, up to MemoryBytes plus a block per request in flight.
+	ArenaBytes int64
 }
 
 type counters struct {
@@ -286,6 +290,7 @@ func (c *Cache) Stats() Stats {
 		DiskBytes:        used,
 		MemoryBytes:      c.memoryBytes(),
 		HeapBlocks:       c.arena.heap.Load(),
+		ArenaBytes:       int64(c.arena.used()) * c.opt.BlockSize,
 	}
 }
 

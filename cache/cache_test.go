@@ -18,9 +18,6 @@ import (
 
 func newTestCache(t *testing.T, opt Options) *Cache {
 	t.Helper()
-	// Tests open many caches and read little through each: the arena's
-	// pages are touched on first use rather than all at once.
-	opt.noPrefault = true
 	if opt.writeQueueBytes == 0 {
 		// The fake backend outruns any disk: without a deep write queue,
 		// blocks would be skipped (TestSkippedBlocksCompletedInBackground

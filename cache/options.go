@@ -55,9 +55,6 @@ type Options struct {
 	writeQueueBytes int64
 	// bootID overrides the kernel's boot ID (tests simulate a reboot).
 	bootID string
-	// noPrefault leaves the arena's pages to be touched on first use
-	// (tests, which open many caches and read little through each).
-	noPrefault bool
 }
 
 // DefaultOptions returns the defaults every zero field of Options takes.
