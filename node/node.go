@@ -409,7 +409,7 @@ func (n *Node) sharedCache() (*cache.Cache, error) {
 	if errors.Is(err, cache.ErrDirBusy) && n.opt.CacheFallback {
 		// Another process owns that disk cache: serve from memory rather
 		// than refuse to mount.
-		n.log.Warn("disk cache in use by another process; running without one (give --cache-dir, or mount through `mlfsd daemon` to share one cache)", "dir", c.Dir)
+		n.log.Warn("disk cache in use by another process; running without one (give --cache-dir, or mount through `mlfsd daemon` to share one cache)", "dir", c.Dir, "err", err)
 		opt.Dir = ""
 		sc, err = cache.New(opt)
 	}

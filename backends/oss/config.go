@@ -37,6 +37,11 @@ func (c Credentials) MarshalJSON() ([]byte, error) {
 	return []byte(fmt.Sprintf("{%q:%q}", "access_key_id", c.AccessKeyID)), nil
 }
 
+// ErrNoCredentials: neither the request, nor a credentials file, nor the
+// environment gave an OSS key. A daemon says whose credentials were
+// missing (the mount's own, or its own fallback).
+var ErrNoCredentials = errors.New("no OSS credentials")
+
 // loadCredentials returns given when set, else reads the credentials file
 // when one is given, otherwise OSS_ACCESS_KEY_ID, OSS_ACCESS_KEY_SECRET and
 // OSS_SESSION_TOKEN.
@@ -56,7 +61,7 @@ func loadCredentials(file string, given *Credentials) (credentials, error) {
 		token:  os.Getenv("OSS_SESSION_TOKEN"),
 	}
 	if c.id == "" || c.secret == "" {
-		return credentials{}, errors.New("no OSS credentials: set OSS_ACCESS_KEY_ID and OSS_ACCESS_KEY_SECRET (and OSS_SESSION_TOKEN for STS), or pass --oss-credentials-file")
+		return credentials{}, fmt.Errorf("%w: set OSS_ACCESS_KEY_ID and OSS_ACCESS_KEY_SECRET (and OSS_SESSION_TOKEN for STS), or pass --oss-credentials-file", ErrNoCredentials)
 	}
 	return c, nil
 }
