@@ -156,15 +156,15 @@ func newArena(n int, blockSize int64, populate bool) *arena {
 		a.populate = false
 	} else {
 		runtime.AddCleanup(a, func(m []byte) { unix.Munmap(m) }, mem)
-		// Huge pages where the kernel has them (transparent_hugepage
-		// "madvise" or "always"): every byte of a block is copied in
-		// from a socket and out into a FUSE reply and an O_DIRECT
-		// write, which pin it a page at a time; with 2 MiB pages the
-		// page walks and TLB misses mostly go. Measured (one cold
-		// 512 MiB dd through a mount, busy machine, three pairs): the
-		// daemon's CPU 387-418 ms -> 360-378 ms. Advice only: without
-		// THP nothing changes.
-		unix.Madvise(mem, unix.MADV_HUGEPAGE)
+		// No MADV_HUGEPAGE. Huge pages saved the daemon a few percent of
+		// CPU in a cold read (387-418 ms -> 360-378 ms per 512 MiB, when
+		// the arena was backed up front), but a huge page is backed by
+		// compacting memory (transparent_hugepage defrag "madvise"),
+		// which on a busy host took 8-25 s per GiB: up front that held
+		// the mount's start (issue 32), and on first use it stalls the
+		// reads (measured with cachebench --only big, busy machine,
+		// three runs each: 1.3-2.8 daemon CPU-seconds per cold GiB with
+		// huge pages backed on first use, 0.8-0.9 with small pages).
 	}
 	a.mem, a.n = mem, n
 	return a
