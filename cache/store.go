@@ -267,7 +267,7 @@ type DirBusyError struct {
 func (e *DirBusyError) Error() string {
 	switch {
 	case e.PID > 0 && strings.HasSuffix(e.Command, " daemon"):
-		return fmt.Sprintf("a daemon (pid %d) already serves this cache directory (%s): mount through it (`mlfsd mount --daemon SOCKET`, daemon=SOCKET in mount -o), or give this mount another --cache-dir", e.PID, e.Dir)
+		return fmt.Sprintf("a daemon (pid %d) already serves this cache directory (%s): mount through it (`mlfsd mount --daemon SOCKET`, daemon=SOCKET in mount -o), or give this one another --cache-dir", e.PID, e.Dir)
 	case e.PID > 0 && e.Command != "":
 		return fmt.Sprintf("another mlfsd (pid %d: %s) already uses this cache directory (%s): stop it, or give this one another --cache-dir", e.PID, e.Command, e.Dir)
 	case e.PID > 0:

@@ -152,7 +152,7 @@ func TestFirstContactErrors(t *testing.T) {
 				n.Close(context.Background())
 			}
 			return err, fmt.Sprintf("read cache: a daemon (pid %d) already serves this cache directory (%s): "+
-				"mount through it (`mlfsd mount --daemon SOCKET`, daemon=SOCKET in mount -o), or give this mount another --cache-dir", pid, dir)
+				"mount through it (`mlfsd mount --daemon SOCKET`, daemon=SOCKET in mount -o), or give this one another --cache-dir", pid, dir)
 		}},
 		{"not root", func(t *testing.T) (error, string) {
 			msg, cause := mountAsNobody(t)
