@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/bits"
 	"os"
@@ -350,6 +351,7 @@ func (c *Cache) scanDir(dropWhole bool) ([]scanned, error) {
 		return nil, fmt.Errorf("cache dir: %w", err)
 	}
 	var out []scanned
+	progress := newScanProgress(c.opt.Progress, c.opt.Dir, c.opt.progressEvery)
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -357,6 +359,7 @@ func (c *Cache) scanDir(dropWhole bool) ([]scanned, error) {
 		if d.IsDir() {
 			return nil
 		}
+		progress.tick(len(out))
 		name := d.Name()
 		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, tmpSuffix), metaSuffix), partSuffix), tmpSuffix)
 		if !validID(base) || filepath.Base(filepath.Dir(path)) != base[:2] {
@@ -392,7 +395,47 @@ func (c *Cache) scanDir(dropWhole bool) ([]scanned, error) {
 		}
 		return nil
 	})
+	progress.done(len(out))
 	return out, err
+}
+
+// scanProgressEvery is how often a slow index of the disk tier says how far
+// it got.
+const scanProgressEvery = time.Second
+
+// scanProgress prints how far the index of the disk tier got, once per
+// interval, so that a start that takes long says why.
+type scanProgress struct {
+	w           io.Writer // nil: silent
+	dir         string
+	every       time.Duration
+	start, last time.Time
+	printed     bool
+}
+
+func newScanProgress(w io.Writer, dir string, every time.Duration) *scanProgress {
+	if every == 0 {
+		every = scanProgressEvery
+	}
+	now := time.Now()
+	return &scanProgress{w: w, dir: dir, every: every, start: now, last: now}
+}
+
+func (p *scanProgress) tick(objects int) {
+	if p.w == nil {
+		return
+	}
+	if now := time.Now(); now.Sub(p.last) >= p.every {
+		p.last = now
+		p.printed = true
+		fmt.Fprintf(p.w, "mlfsd: indexing the disk cache %s: %d objects so far\n", p.dir, objects)
+	}
+}
+
+func (p *scanProgress) done(objects int) {
+	if p.w != nil && p.printed {
+		fmt.Fprintf(p.w, "mlfsd: indexed the disk cache %s: %d objects in %v\n", p.dir, objects, time.Since(p.start).Round(time.Millisecond))
+	}
 }
 
 func (c *Cache) loadPart(path, id string) (scanned, bool) {

@@ -54,7 +54,8 @@ type Options struct {
 	CacheFallback bool
 	// Log receives diagnostics (nil: discarded).
 	Log *slog.Logger
-	// Progress receives drain progress lines (nil: none).
+	// Progress receives progress lines of long steps: the index of a large
+	// disk cache at start, and drains (nil: none).
 	Progress io.Writer
 	// FUSEDebug logs every FUSE request (very verbose).
 	FUSEDebug bool
@@ -398,6 +399,7 @@ func (n *Node) sharedCache() (*cache.Cache, error) {
 		TotalRequests:  c.Requests,
 		NoPassthrough:  c.NoPassthrough,
 		Log:            n.log,
+		Progress:       n.opt.Progress,
 	}
 	if c.NoWarm {
 		opt.WarmAfter = -1
