@@ -12,8 +12,8 @@ import (
 // block backed when first used and recycled for ever after: a fresh page
 // costs a page fault on first touch (measured on a cold 512 MiB read with
 // a fresh heap block per fetch: 133,000 minor faults and 6 CPU-seconds per
-// GiB), and a recycled one costs nothing. Only when every arena block is in use does a
-// block come from the heap (counted in Stats.HeapBlocks).
+// GiB), and a recycled one costs nothing. Only when every arena block is in
+// use does a block come from the heap (counted in Stats.HeapBlocks).
 //
 // A block is shared: the ready buffer, the ristretto tier, the disk write
 // queue, a fetch and every reader using it (a FUSE reply written from it
@@ -113,13 +113,13 @@ func (r blockRef) unref() {
 // the heap's growth, so the heap's limit (node.go) bounds only the rest.
 //
 // Its pages are backed as blocks are first used, not when the cache opens:
-// backing 4 GiB of huge pages up front held a mount's start for 90-128 s
-// on a busy machine (issue 32), and an idle daemon at the memory bound.
-// A block is backed whole (MADV_POPULATE_WRITE, one call) by whoever first
-// takes it, outside the lock, so a cold read still costs one call per
-// fresh block rather than a fault per page; and a recycled block is always
-// preferred to a fresh one, so the arena's resident memory grows only to
-// what the reads in flight and the memory tier actually hold.
+// backing 4 GiB (of huge pages) up front held a mount's start for 90-128 s
+// on a busy machine (issue 32), and kept an idle daemon at its memory
+// bound. A block is backed whole (MADV_POPULATE_WRITE, one system call) by
+// whoever first takes it, outside the lock, rather than by a trap per page
+// as it is written; and a recycled block is always preferred to a fresh
+// one, so the arena's resident memory grows only to the most that reads in
+// flight and the memory tier have held at once.
 type arena struct {
 	blockSize int
 	classes   int          // chunk size classes: minChunk<<k for k < classes
