@@ -31,7 +31,13 @@ type OpError struct {
 	Err error
 }
 
-func (e *OpError) Error() string { return fmt.Sprintf("%s %q: %v", e.Op, e.Key, e.Err) }
+// Error names the operation, the key unless it is the root (""), and the cause.
+func (e *OpError) Error() string {
+	if e.Key == "" {
+		return fmt.Sprintf("%s: %v", e.Op, e.Err)
+	}
+	return fmt.Sprintf("%s %q: %v", e.Op, e.Key, e.Err)
+}
 
 // Unwrap returns the cause, so errors.Is sees the sentinel.
 func (e *OpError) Unwrap() error { return e.Err }
@@ -48,3 +54,20 @@ func Wrap(op, key string, sentinel, cause error) error {
 	}
 	return &OpError{Op: op, Key: key, Err: err}
 }
+
+// Explain returns an error whose message is msg alone, a sentence that
+// names the cause and the fix, while errors.Is still sees sentinel and
+// cause: for the first contact with a store, where the sentinel's word
+// ("transient storage error") and the library's text would only bury it.
+func Explain(msg string, sentinel, cause error) error {
+	return &explained{msg: msg, errs: []error{sentinel, cause}}
+}
+
+type explained struct {
+	msg  string
+	errs []error
+}
+
+func (e *explained) Error() string { return e.msg }
+
+func (e *explained) Unwrap() []error { return e.errs }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image/png"
 	"io/fs"
 	"os"
@@ -564,5 +565,27 @@ func TestCompareColdLimit(t *testing.T) {
 	}
 	if err := noLimit.PlotRatios(out); err == nil {
 		t.Error("a ratio plot without a limit was drawn")
+	}
+}
+
+// TestConfirmDropPageCache: the cache states that drop the whole host's
+// page cache run only when confirmed; the others need no confirmation.
+func TestConfirmDropPageCache(t *testing.T) {
+	for _, c := range []struct {
+		cache     string
+		confirmed bool
+		want      string
+	}{
+		{CacheCold, false, "--cache cold drops the page cache of the whole host before each cold run (every process's cached files, not only this dataset's; other jobs on a shared host slow down): add --drop-page-cache to confirm, or measure with --cache warm or --cache as-is"},
+		{CacheBoth, false, "--cache both drops the page cache of the whole host before each cold run (every process's cached files, not only this dataset's; other jobs on a shared host slow down): add --drop-page-cache to confirm, or measure with --cache warm or --cache as-is"},
+		{CacheCold, true, ""},
+		{CacheBoth, true, ""},
+		{CacheWarm, false, ""},
+		{CacheAsIs, false, ""},
+	} {
+		err := ConfirmDropPageCache(c.cache, c.confirmed)
+		if got := fmt.Sprint(err); (err == nil) != (c.want == "") || err != nil && got != c.want {
+			t.Errorf("ConfirmDropPageCache(%s, %v) = %v, want %q", c.cache, c.confirmed, err, c.want)
+		}
 	}
 }

@@ -122,6 +122,18 @@ func DropPageCache() error {
 	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0)
 }
 
+// ConfirmDropPageCache refuses a cache state that drops the page cache
+// (cold, both) unless the user confirmed it: dropping it empties the
+// cached files of every process on the host, not only the dataset's, and
+// on a shared host slows everyone else's jobs down.
+func ConfirmDropPageCache(cache string, confirmed bool) error {
+	if confirmed || (cache != CacheCold && cache != CacheBoth) {
+		return nil
+	}
+	return fmt.Errorf("--cache %s drops the page cache of the whole host before each cold run (every process's cached files, not only this dataset's; other jobs on a shared host slow down): "+
+		"add --drop-page-cache to confirm, or measure with --cache warm or --cache as-is", cache)
+}
+
 // Run measures the dataset (prepared by Prepare) that fsys shows and
 // returns the report. A read of wrong bytes fails the run with a
 // *MismatchError.

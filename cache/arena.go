@@ -8,12 +8,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Block buffers come from a fixed arena, allocated and touched once when the
-// cache opens and recycled for ever after: a fresh page costs a page fault
-// on first touch (measured on a cold 512 MiB read with a fresh heap block
-// per fetch: 133,000 minor faults and 6 CPU-seconds per GiB), and a
-// recycled one costs nothing. Only when every arena block is in use does a
-// block come from the heap (counted in Stats.HeapBlocks).
+// Block buffers come from a fixed arena, mapped when the cache opens, each
+// block backed when first used and recycled for ever after: a fresh page
+// costs a page fault on first touch (measured on a cold 512 MiB read with
+// a fresh heap block per fetch: 133,000 minor faults and 6 CPU-seconds per
+// GiB), and a recycled one costs nothing. Only when every arena block is in
+// use does a block come from the heap (counted in Stats.HeapBlocks).
 //
 // A block is shared: the ready buffer, the ristretto tier, the disk write
 // queue, a fetch and every reader using it (a FUSE reply written from it
@@ -111,22 +111,36 @@ func (r blockRef) unref() {
 // arena is a fixed set of blocks, in memory of its own (mmap), outside the
 // Go heap: the garbage collector neither scans it nor counts it against
 // the heap's growth, so the heap's limit (node.go) bounds only the rest.
+//
+// Its pages are backed as blocks are first used, not when the cache opens:
+// backing 4 GiB (of huge pages) up front held a mount's start for 90-128 s
+// on a busy machine (issue 32), and kept an idle daemon at its memory
+// bound. A block is backed whole (MADV_POPULATE_WRITE, one system call) by
+// whoever first takes it, outside the lock, rather than by a trap per page
+// as it is written; and a recycled block is always preferred to a fresh
+// one, so the arena's resident memory grows only to the most that reads in
+// flight and the memory tier have held at once.
 type arena struct {
 	blockSize int
 	classes   int          // chunk size classes: minChunk<<k for k < classes
 	heap      atomic.Int64 // blocks allocated on the heap: the arena was empty
+	mem       []byte       // the mapping; blocks [fresh, n) were never handed out
+	n         int          // blocks in mem
+	populate  bool         // back a fresh block's pages when it is first taken
 
 	mu      sync.Mutex
-	free    []*block   // GUARDED_BY(mu): whole blocks
+	free    []*block   // GUARDED_BY(mu): whole blocks, each used before
 	partial [][]*block // GUARDED_BY(mu): by class, split blocks with a free chunk
+	fresh   int        // GUARDED_BY(mu): index in mem of the first block never used
 }
 
-// newArena maps n blocks in one region and, when prefault, has the kernel
-// back every page now (MADV_POPULATE_WRITE, else a write per page). The
-// region is unmapped once the arena is garbage: every block points to the
-// arena, and every user of a block's bytes holds a reference to the block.
-func newArena(n int, blockSize int64, prefault bool) *arena {
-	a := &arena{blockSize: int(blockSize), free: make([]*block, 0, n)}
+// newArena maps n blocks in one region, backing none of it yet; when
+// populate, each block's pages are backed in one call when it is first
+// taken (else they fault in as they are touched). The region is unmapped
+// once the arena is garbage: every block points to the arena, and every
+// user of a block's bytes holds a reference to the block.
+func newArena(n int, blockSize int64, populate bool) *arena {
+	a := &arena{blockSize: int(blockSize), free: make([]*block, 0, n), populate: populate}
 	for minChunk<<a.classes < a.blockSize {
 		a.classes++
 	}
@@ -136,34 +150,59 @@ func newArena(n int, blockSize int64, prefault bool) *arena {
 	}
 	mem, err := unix.Mmap(-1, 0, n*int(blockSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		// No address space for a mapping: the heap will do.
+		// No address space for a mapping: the heap will do (its pages
+		// are backed as the garbage collector's allocator touches them).
 		mem = make([]byte, n*int(blockSize))
+		a.populate = false
 	} else {
 		runtime.AddCleanup(a, func(m []byte) { unix.Munmap(m) }, mem)
+		// No MADV_HUGEPAGE. Huge pages saved the daemon a few percent of
+		// CPU in a cold read (387-418 ms -> 360-378 ms per 512 MiB, when
+		// the arena was backed up front), but a huge page is backed by
+		// compacting memory (transparent_hugepage defrag "madvise"),
+		// which on a busy host took 8-25 s per GiB: up front that held
+		// the mount's start (issue 32), and on first use it stalls the
+		// reads (measured with cachebench --only big, busy machine,
+		// three runs each: 1.3-2.8 daemon CPU-seconds per cold GiB with
+		// huge pages backed on first use, 0.8-0.9 with small pages).
 	}
-	if err == nil {
-		// Huge pages where the kernel has them (transparent_hugepage
-		// "madvise" or "always"): every byte of a block is copied in
-		// from a socket and out into a FUSE reply and an O_DIRECT
-		// write, which pin it a page at a time; with 2 MiB pages the
-		// page walks and TLB misses mostly go. Measured (one cold
-		// 512 MiB dd through a mount, busy machine, three pairs): the
-		// daemon's CPU 387-418 ms -> 360-378 ms. Advice only: without
-		// THP nothing changes.
-		unix.Madvise(mem, unix.MADV_HUGEPAGE)
-	}
-	if prefault {
-		if err := unix.Madvise(mem, unix.MADV_POPULATE_WRITE); err != nil {
-			for i := 0; i < len(mem); i += 4096 {
-				mem[i] = 0
-			}
-		}
-	}
-	for i := range n {
-		off := i * int(blockSize)
-		a.free = append(a.free, &block{buf: mem[off : off+int(blockSize) : off+int(blockSize)], arena: a, partialIdx: -1})
-	}
+	a.mem, a.n = mem, n
 	return a
+}
+
+// freshLocked takes the next block never used, or nil when every block
+// was; the caller backs its pages (back) once the lock is released.
+func (a *arena) freshLocked() *block {
+	if a.fresh == a.n {
+		return nil
+	}
+	off := a.fresh * a.blockSize
+	a.fresh++
+	return &block{buf: a.mem[off : off+a.blockSize : off+a.blockSize], arena: a, partialIdx: -1}
+}
+
+// wholeLocked takes a whole block, a recycled one before a fresh one; it
+// returns the block, and the block again as fresh when its pages are still
+// to be backed.
+func (a *arena) wholeLocked() (b, fresh *block) {
+	if m := len(a.free); m > 0 {
+		b = a.free[m-1]
+		a.free = a.free[:m-1]
+		return b, nil
+	}
+	b = a.freshLocked()
+	return b, b
+}
+
+// back has the kernel back a fresh block's pages in one call. Others may
+// already be writing to the block's chunks: populating never changes a
+// page that is already backed. Where the kernel lacks MADV_POPULATE_WRITE
+// (before Linux 5.14) the pages fault in as they are first written.
+func (a *arena) back(fresh *block) {
+	if fresh == nil || !a.populate {
+		return
+	}
+	unix.Madvise(fresh.buf[:cap(fresh.buf)], unix.MADV_POPULATE_WRITE)
 }
 
 // classOf is the chunk class for n bytes, or -1 when n needs a whole block.
@@ -181,14 +220,14 @@ func (a *arena) classOf(n int) int {
 func (a *arena) get(n int) blockRef {
 	k := a.classOf(n)
 	a.mu.Lock()
-	var b *block
+	var b, fresh *block
 	if k >= 0 {
-		b = a.chunkLocked(k)
-	} else if m := len(a.free); m > 0 {
-		b = a.free[m-1]
-		a.free = a.free[:m-1]
+		b, fresh = a.chunkLocked(k)
+	} else {
+		b, fresh = a.wholeLocked()
 	}
 	a.mu.Unlock()
+	a.back(fresh)
 	if b == nil {
 		a.heap.Add(1)
 		size := a.blockSize
@@ -206,19 +245,18 @@ func (a *arena) get(n int) blockRef {
 }
 
 // chunkLocked takes a free chunk of class k, splitting a whole block when
-// no split block has one; nil when the arena has neither.
-func (a *arena) chunkLocked(k int) *block {
+// no split block has one; nil when the arena has neither. fresh is the
+// block split, when its pages are still to be backed.
+func (a *arena) chunkLocked(k int) (c, fresh *block) {
 	ps := a.partial[k]
 	var p *block
 	if len(ps) > 0 {
 		p = ps[len(ps)-1]
 	} else {
-		m := len(a.free)
-		if m == 0 {
-			return nil
+		p, fresh = a.wholeLocked()
+		if p == nil {
+			return nil, nil
 		}
-		p = a.free[m-1]
-		a.free = a.free[:m-1]
 		size := minChunk << k
 		p.class = k
 		p.chunks = make([]*block, 0, a.blockSize/size)
@@ -228,13 +266,13 @@ func (a *arena) chunkLocked(k int) *block {
 		p.partialIdx = len(a.partial[k])
 		a.partial[k] = append(a.partial[k], p)
 	}
-	c := p.chunks[len(p.chunks)-1]
+	c = p.chunks[len(p.chunks)-1]
 	p.chunks = p.chunks[:len(p.chunks)-1]
 	p.out++
 	if len(p.chunks) == 0 {
 		a.removePartialLocked(p)
 	}
-	return c
+	return c, fresh
 }
 
 func (a *arena) removePartialLocked(p *block) {
@@ -273,10 +311,18 @@ func (a *arena) put(b *block) {
 	}
 }
 
-// available is the number of whole blocks free (a split block is whole
-// again once all its chunks are back) (tests).
+// available is the number of whole blocks free, used before or not (a
+// split block is whole again once all its chunks are back) (tests).
 func (a *arena) available() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.free)
+	return len(a.free) + a.n - a.fresh
+}
+
+// used is the number of blocks ever handed out: those whose pages are
+// backed (tests, and the memory a daemon holds).
+func (a *arena) used() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fresh
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -220,4 +222,50 @@ func TestSmallObjectsStayInArena(t *testing.T) {
 	if h := c.Stats().HeapBlocks; h != 0 {
 		t.Fatalf("%d heap blocks reading 200 x 100 KiB through an 8 MiB cache", h)
 	}
+}
+
+// TestArenaBackedOnFirstUse opens a cache with a 4 GiB memory bound: it
+// must hold none of that until reads need blocks (issue 32: the arena was
+// backed up front, and a mount took 90-128 s to start and held the whole
+// bound idle), and a read then backs only the blocks it uses, serving the
+// right bytes from them.
+func TestArenaBackedOnFirstUse(t *testing.T) {
+	before := residentBytes(t)
+	c := newTestCache(t, Options{MemoryBytes: 4 << 30})
+	if grew := residentBytes(t) - before; grew > 256*MiB {
+		t.Fatalf("opening a cache with a 4 GiB memory bound made the process %d MiB larger: the arena was backed up front", grew/MiB)
+	}
+	if got := c.Stats().ArenaBytes; got != 0 {
+		t.Fatalf("ArenaBytes %d before any read, want 0", got)
+	}
+	b := newFake("fake://a/")
+	data := randomData(400, 3*MiB+12345)
+	info := b.put("a", data)
+	if got := readFile(t, c, b, info); !bytes.Equal(got, data) {
+		t.Fatal("data read through a fresh arena differs")
+	}
+	got := c.Stats().ArenaBytes
+	if got < 4*MiB || got > 64*MiB {
+		t.Fatalf("ArenaBytes %d MiB after reading 3 MiB, want at least the 4 blocks read and far below the 4 GiB bound", got/MiB)
+	}
+}
+
+// residentBytes is the process's resident memory (VmRSS).
+func residentBytes(t *testing.T) int64 {
+	t.Helper()
+	s, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(s), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb); err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
 }

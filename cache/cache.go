@@ -155,7 +155,7 @@ func New(opt Options) (*Cache, error) {
 	c := &Cache{
 		opt:         opt,
 		log:         opt.Log,
-		arena:       newArena(int(nblocks), opt.BlockSize, !opt.noPrefault),
+		arena:       newArena(int(nblocks), opt.BlockSize, true),
 		mem:         mem,
 		ready:       newReadyBuf(readyLimit),
 		total:       newRequestSlots(opt.TotalRequests),
@@ -258,6 +258,10 @@ type Stats struct {
 	// principal for an object it had not fetched itself (authz.go), and
 	// AuthDenied those refused (or finding the object changed).
 	AuthRequests, AuthDenied int64
+	// ArenaBytes is the part of the block arena ever used, whose pages
+	// the process holds from then on: it grows from 0 as reads first
+	// need blocks, up to MemoryBytes plus a block per request in flight.
+	ArenaBytes int64
 }
 
 type counters struct {
@@ -297,6 +301,7 @@ func (c *Cache) Stats() Stats {
 		HeapBlocks:       c.arena.heap.Load(),
 		AuthRequests:     s.authRequests.Load(),
 		AuthDenied:       s.authDenied.Load(),
+		ArenaBytes:       int64(c.arena.used()) * c.opt.BlockSize,
 	}
 }
 

@@ -4,23 +4,23 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
 )
 
 func newTestCache(t *testing.T, opt Options) *Cache {
 	t.Helper()
-	// Tests open many caches and read little through each: the arena's
-	// pages are touched on first use rather than all at once.
-	opt.noPrefault = true
 	if opt.writeQueueBytes == 0 {
 		// The fake backend outruns any disk: without a deep write queue,
 		// blocks would be skipped (TestSkippedBlocksCompletedInBackground
@@ -748,5 +748,30 @@ func TestDirectoryWarmedOnce(t *testing.T) {
 		if per[info.Key] != 1 {
 			t.Fatalf("%s fetched %d times; want once", info.Key, per[info.Key])
 		}
+	}
+}
+
+// TestScanPrintsProgress: a cache opened on a disk tier an earlier run
+// left says how far its index got while it indexes (here at every object,
+// the interval being 1 ns), then how many objects it found.
+func TestScanPrintsProgress(t *testing.T) {
+	dir := t.TempDir()
+	b := newFake("fake://a/")
+	c1 := newTestCache(t, Options{Dir: dir})
+	for i := range 3 {
+		readFile(t, c1, b, b.put(fmt.Sprintf("o%d", i), randomData(uint64(500+i), 2*MiB)))
+	}
+	c1.quiesce()
+	if err := c1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	newTestCache(t, Options{Dir: dir, Progress: &out, progressEvery: time.Nanosecond})
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "mlfsd: indexing the disk cache "+dir+": ") {
+		t.Fatalf("progress:\n%s", out.String())
+	}
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "mlfsd: indexed the disk cache "+dir+": 3 objects in ") {
+		t.Errorf("last progress line %q, want the 3 objects found", last)
 	}
 }

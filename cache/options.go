@@ -3,7 +3,9 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"time"
 )
 
 // MiB is one mebibyte.
@@ -50,14 +52,18 @@ type Options struct {
 	NoPassthrough bool
 	// Log receives eviction and error reports; nil discards them.
 	Log *slog.Logger
+	// Progress receives a line a second while New indexes the disk tier
+	// an earlier run left (a stat per object: a cache of a million objects
+	// takes seconds, more after a reboot), and a last line if it printed
+	// any; nil: none.
+	Progress io.Writer
 
 	// writeQueueBytes overrides writeQueueBytes (tests).
 	writeQueueBytes int64
 	// bootID overrides the kernel's boot ID (tests simulate a reboot).
 	bootID string
-	// noPrefault leaves the arena's pages to be touched on first use
-	// (tests, which open many caches and read little through each).
-	noPrefault bool
+	// progressEvery overrides scanProgressEvery (tests).
+	progressEvery time.Duration
 }
 
 // DefaultOptions returns the defaults every zero field of Options takes.

@@ -6,10 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/bits"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -251,7 +253,36 @@ func (c *Cache) clearUnsynced() error {
 // Two writers of one disk tier would corrupt each other's accounting.
 var ErrDirBusy = errors.New("cache directory is in use by another mlfsd")
 
-// lockDir takes the exclusive lock on a cache directory (creating it).
+// DirBusyError is ErrDirBusy with the process that holds the directory,
+// as far as its lock file tells (the holder writes its pid there).
+type DirBusyError struct {
+	Dir string
+	// PID is the holder's process ID, 0 when unknown; Command its
+	// program and subcommand ("mlfsd daemon", from /proc; no more of the
+	// command line), "" when unknown.
+	PID     int
+	Command string
+}
+
+// Error names the holder and what to do instead.
+func (e *DirBusyError) Error() string {
+	switch {
+	case e.PID > 0 && strings.HasSuffix(e.Command, " daemon"):
+		return fmt.Sprintf("a daemon (pid %d) already serves this cache directory (%s): mount through it (`mlfsd mount --daemon SOCKET`, daemon=SOCKET in mount -o), or give this one another --cache-dir", e.PID, e.Dir)
+	case e.PID > 0 && e.Command != "":
+		return fmt.Sprintf("another mlfsd (pid %d: %s) already uses this cache directory (%s): stop it, or give this one another --cache-dir", e.PID, e.Command, e.Dir)
+	case e.PID > 0:
+		return fmt.Sprintf("another mlfsd (pid %d) already uses this cache directory (%s): stop it, or give this one another --cache-dir", e.PID, e.Dir)
+	}
+	return fmt.Sprintf("another mlfsd already uses this cache directory (%s): stop it, or give this one another --cache-dir", e.Dir)
+}
+
+// Unwrap makes errors.Is(err, ErrDirBusy) hold.
+func (e *DirBusyError) Unwrap() error { return ErrDirBusy }
+
+// lockDir takes the exclusive lock on a cache directory (creating it) and
+// writes this process's pid into the lock file, so that a second process
+// can say who holds it.
 func lockDir(dir string) (*os.File, error) {
 	root := filepath.Join(dir, layoutVersion)
 	if err := os.MkdirAll(root, 0o700); err != nil {
@@ -262,13 +293,42 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("cache dir: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+		defer f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%s: %w", dir, ErrDirBusy)
+			return nil, lockHolder(dir, f)
 		}
 		return nil, fmt.Errorf("cache dir %s: lock: %w", dir, err)
 	}
+	// Only a message depends on it: a failure to write it is no reason
+	// not to run.
+	if f.Truncate(0) == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
 	return f, nil
+}
+
+// lockHolder reads who holds a lock file: the pid its holder wrote, and
+// that process's command line while it runs.
+func lockHolder(dir string, f *os.File) *DirBusyError {
+	e := &DirBusyError{Dir: dir}
+	buf := make([]byte, 32)
+	n, _ := f.ReadAt(buf, 0)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(buf[:n])))
+	if err != nil || pid <= 0 {
+		return e
+	}
+	e.PID = pid
+	if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
+		args := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+		e.Command = filepath.Base(args[0])
+		for _, a := range args[1:] {
+			if !strings.HasPrefix(a, "-") {
+				e.Command += " " + a
+				break
+			}
+		}
+	}
+	return e
 }
 
 // scanned is one object found on disk at startup.
@@ -291,6 +351,7 @@ func (c *Cache) scanDir(dropWhole bool) ([]scanned, error) {
 		return nil, fmt.Errorf("cache dir: %w", err)
 	}
 	var out []scanned
+	progress := newScanProgress(c.opt.Progress, c.opt.Dir, c.opt.progressEvery)
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -298,6 +359,7 @@ func (c *Cache) scanDir(dropWhole bool) ([]scanned, error) {
 		if d.IsDir() {
 			return nil
 		}
+		progress.tick(len(out))
 		name := d.Name()
 		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, tmpSuffix), metaSuffix), partSuffix), tmpSuffix)
 		if !validID(base) || filepath.Base(filepath.Dir(path)) != base[:2] {
@@ -333,7 +395,47 @@ func (c *Cache) scanDir(dropWhole bool) ([]scanned, error) {
 		}
 		return nil
 	})
+	progress.done(len(out))
 	return out, err
+}
+
+// scanProgressEvery is how often a slow index of the disk tier says how far
+// it got.
+const scanProgressEvery = time.Second
+
+// scanProgress prints how far the index of the disk tier got, once per
+// interval, so that a start that takes long says why.
+type scanProgress struct {
+	w           io.Writer // nil: silent
+	dir         string
+	every       time.Duration
+	start, last time.Time
+	printed     bool
+}
+
+func newScanProgress(w io.Writer, dir string, every time.Duration) *scanProgress {
+	if every == 0 {
+		every = scanProgressEvery
+	}
+	now := time.Now()
+	return &scanProgress{w: w, dir: dir, every: every, start: now, last: now}
+}
+
+func (p *scanProgress) tick(objects int) {
+	if p.w == nil {
+		return
+	}
+	if now := time.Now(); now.Sub(p.last) >= p.every {
+		p.last = now
+		p.printed = true
+		fmt.Fprintf(p.w, "mlfsd: indexing the disk cache %s: %d objects so far\n", p.dir, objects)
+	}
+}
+
+func (p *scanProgress) done(objects int) {
+	if p.w != nil && p.printed {
+		fmt.Fprintf(p.w, "mlfsd: indexed the disk cache %s: %d objects in %v\n", p.dir, objects, time.Since(p.start).Round(time.Millisecond))
+	}
 }
 
 func (c *Cache) loadPart(path, id string) (scanned, bool) {

@@ -68,7 +68,7 @@ func TestUnsyncedObjectsAfterReboot(t *testing.T) {
 	run := func(dir, boot string, clean bool) []string {
 		t.Helper()
 		b.resetLog()
-		c, err := New(Options{Dir: dir, bootID: boot, noPrefault: true, writeQueueBytes: 1 << 30, WarmAfter: -1})
+		c, err := New(Options{Dir: dir, bootID: boot, writeQueueBytes: 1 << 30, WarmAfter: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

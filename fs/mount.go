@@ -236,6 +236,9 @@ func mountTree(mountpoint string, root gofs.InodeEmbedder, inos *inoAlloc, opt M
 			syscall.Unmount(mountpoint, syscall.MNT_DETACH)
 		}
 	}
+	if err != nil && fd < 0 && os.Geteuid() != 0 {
+		return nil, fmt.Errorf("mount %s on %s: %w", mo.FsName, mountpoint, &NeedRootError{Err: err})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("mount %s on %s: %w", mo.FsName, mountpoint, err)
 	}
@@ -323,3 +326,17 @@ func (m *Server) Unmount() error {
 
 // Wait blocks until the mount is gone (by Unmount or externally).
 func (m *Server) Wait() { m.server.Wait() }
+
+// NeedRootError is a mount refused to a user who is not root: the direct
+// mount needs CAP_SYS_ADMIN, and the fusermount3 fallback failed too (not
+// installed, or not allowed).
+type NeedRootError struct{ Err error }
+
+// Error says what is needed before the cause (often only "fusermount
+// exited with code 256").
+func (e *NeedRootError) Error() string {
+	return fmt.Sprintf("FUSE mounts need root: run mlfsd as root (e.g. with sudo), or as a user that fusermount3 may mount for (package fuse3 installed, /dev/fuse readable and writable by you); as uid %d: %v", os.Geteuid(), e.Err)
+}
+
+// Unwrap returns the fallback's error.
+func (e *NeedRootError) Unwrap() error { return e.Err }

@@ -56,7 +56,8 @@ type Options struct {
 	CacheFallback bool
 	// Log receives diagnostics (nil: discarded).
 	Log *slog.Logger
-	// Progress receives drain progress lines (nil: none).
+	// Progress receives progress lines of long steps: the index of a large
+	// disk cache at start, and drains (nil: none).
 	Progress io.Writer
 	// FUSEDebug logs every FUSE request (very verbose).
 	FUSEDebug bool
@@ -463,6 +464,7 @@ func (n *Node) sharedCache() (*cache.Cache, error) {
 		TotalRequests:  c.Requests,
 		NoPassthrough:  c.NoPassthrough,
 		Log:            n.log,
+		Progress:       n.opt.Progress,
 	}
 	if c.NoWarm {
 		opt.WarmAfter = -1
@@ -474,7 +476,7 @@ func (n *Node) sharedCache() (*cache.Cache, error) {
 	if errors.Is(err, cache.ErrDirBusy) && n.opt.CacheFallback {
 		// Another process owns that disk cache: serve from memory rather
 		// than refuse to mount.
-		n.log.Warn("disk cache in use by another process; running without one (give --cache-dir, or mount through `mlfsd daemon` to share one cache)", "dir", c.Dir)
+		n.log.Warn("disk cache in use by another process; running without one (give --cache-dir, or mount through `mlfsd daemon` to share one cache)", "dir", c.Dir, "err", err)
 		opt.Dir = ""
 		sc, err = cache.New(opt)
 	}

@@ -1,8 +1,10 @@
 // Command testreport reads `go test -json` events on stdin and prints what
 // plain `go test` would (failing tests' output, build errors, one line per
-// package), then the slowest tests and packages, and last the packages'
-// closing lines again, so the output still ends as go test's does. It exits
-// 1 when any package or test failed.
+// package), then the slowest tests and packages, then the packages'
+// closing lines again, and last, when anything failed, the failing tests
+// by name (and the packages that failed without a failing test: a build
+// error, a panic, a timeout), so that the end of a long run says what to
+// rerun. It exits 1 when any package or test failed.
 //
 //	go test -json ./... | go run ./.ci/testreport [-n 25]
 package main
@@ -14,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -50,6 +53,9 @@ func report(in io.Reader, out io.Writer, top int) (failed bool, err error) {
 	output := map[string][]string{} // package + "\x00" + test -> its lines
 	var tests, packages []timing
 	var closing []string // packages' closing lines, in the order they came
+	var failedTests []string
+	failedIn := map[string]bool{} // packages with a failing test
+	var failedPackages []string   // packages that failed, in order
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -78,6 +84,10 @@ func report(in io.Reader, out io.Writer, top int) (failed bool, err error) {
 			failed = true
 			if e.Test != "" {
 				fmt.Fprint(out, strings.Join(output[key], ""))
+				failedTests = append(failedTests, short(e.Package)+" "+e.Test)
+				failedIn[e.Package] = true
+			} else if e.Package != "" {
+				failedPackages = append(failedPackages, e.Package)
 			}
 			fallthrough
 		case "pass":
@@ -100,8 +110,40 @@ func report(in io.Reader, out io.Writer, top int) (failed bool, err error) {
 	for _, l := range closing {
 		fmt.Fprint(out, strings.TrimSuffix(l, "\n")+"\n")
 	}
+	printFailures(out, failedTests, failedPackages, failedIn)
 	return failed, nil
 }
+
+// printFailures names what failed, last, so the end of the run says it:
+// each failing test (a subtest under its parent, which fails with it) with
+// the command that reruns it, and each package that failed with no test
+// failing (a build error, a panic or a timeout: its output is above).
+func printFailures(out io.Writer, tests, packages []string, failedIn map[string]bool) {
+	var bare []string
+	for _, p := range packages {
+		if !failedIn[p] {
+			bare = append(bare, short(p))
+		}
+	}
+	if len(tests) == 0 && len(bare) == 0 {
+		return
+	}
+	fmt.Fprintf(out, "\nFAILED: %d tests, %d packages without a failing test\n", len(tests), len(bare))
+	for _, t := range tests {
+		pkg, name, _ := strings.Cut(t, " ")
+		var run []string
+		for _, part := range strings.Split(name, "/") {
+			run = append(run, "^"+regexp.QuoteMeta(part)+"$")
+		}
+		fmt.Fprintf(out, "  %-60s go test -race -count=1 -run '%s' ./%s\n", t, strings.Join(run, "/"), pkg)
+	}
+	for _, p := range bare {
+		fmt.Fprintf(out, "  %-60s (build error, panic or timeout: see its output above)\n", p)
+	}
+}
+
+// short is a package's path inside the module.
+func short(pkg string) string { return strings.TrimPrefix(pkg, "github.com/mlfsd/mlfsd/") }
 
 // isClosing reports whether a package-level line is go test's last word
 // on the package: "ok  ...", "FAIL\t...", "?   \t... [no test files]".
@@ -117,6 +159,6 @@ func printSlowest(out io.Writer, title string, ts []timing, n int) {
 	fmt.Fprintf(out, "\n%s:\n", title)
 	for _, t := range ts {
 		d := time.Duration(t.elapsed * float64(time.Second)).Round(10 * time.Millisecond)
-		fmt.Fprintf(out, "  %9v  %s\n", d, strings.TrimPrefix(t.name, "github.com/mlfsd/mlfsd/"))
+		fmt.Fprintf(out, "  %9v  %s\n", d, short(t.name))
 	}
 }

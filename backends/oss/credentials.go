@@ -244,6 +244,11 @@ func firstOf(vs ...string) string {
 	return ""
 }
 
+// ErrNoCredentials: no source of the default chain gave an OSS key. A
+// daemon says whose credentials were missing (the mount's own, or its own
+// fallback).
+var ErrNoCredentials = errors.New("no OSS credentials")
+
 // check obtains keys once, so a source that cannot give any fails New
 // with its own error rather than the first request with a 403.
 func (c *credProvider) check() error {
@@ -251,7 +256,7 @@ func (c *credProvider) check() error {
 	chain, isChain := c.p.(*defaultChain)
 	switch {
 	case err != nil && isChain && chain.source() == "":
-		return fmt.Errorf("no OSS credentials: set OSS_ACCESS_KEY_ID and OSS_ACCESS_KEY_SECRET, pass --oss-credentials-file, or configure a source of the Alibaba Cloud default chain (%s): %w", ChainSources, err)
+		return fmt.Errorf("%w: set OSS_ACCESS_KEY_ID and OSS_ACCESS_KEY_SECRET, pass --oss-credentials-file, or configure a source of the Alibaba Cloud default chain (%s): %w", ErrNoCredentials, ChainSources, err)
 	case err != nil:
 		return err
 	case isChain:

@@ -13,12 +13,15 @@ package oss
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
@@ -221,14 +224,34 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 		_, err := b.bucket.ListObjectsV2(alioss.Prefix(prefix), alioss.MaxKeys(1), alioss.WithContext(probeCtx))
 		return err
 	})
-	if err != nil && ctx.Err() == nil && probeCtx.Err() != nil {
-		return nil, backends.Wrap("open", "", backends.ErrTransient, fmt.Errorf("OSS endpoint %s did not answer within %v (connect timeout; is it the right endpoint, and reachable?): %w", epURL, opt.ConnectTimeout, err))
-	}
 	if err != nil {
-		return nil, b.wrapErr("open", "", err)
+		return nil, b.probeErr(ctx, probeCtx, epURL, err)
 	}
 	log.Debug("oss backend opened", "uri", b.id, "path_style", pathStyle, "signature", authVersion, "region", region, "credentials", cred.source)
 	return b, nil
+}
+
+// probeErr explains why the first listing failed, naming the endpoint and
+// what to check: the first thing a new user sees of a wrong endpoint.
+func (b *Backend) probeErr(ctx, probeCtx context.Context, epURL string, err error) error {
+	var netErr net.Error
+	switch {
+	case ctx.Err() != nil:
+		return b.wrapErr("list", "", err)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		// Retried until the connect timeout (a server may be starting),
+		// then said as it is: a refusal, not silence.
+		return backends.Explain(fmt.Sprintf("OSS endpoint %s refused the connection: nothing listens there; check the endpoint (--oss-endpoint, OSS_ENDPOINT or the URI) and that the server is up", epURL), backends.ErrTransient, err)
+	case probeCtx.Err() != nil:
+		return backends.Explain(fmt.Sprintf("OSS endpoint %s did not answer within %v (connect timeout; is it the right endpoint, and reachable?): %v", epURL, b.opt.ConnectTimeout, err), backends.ErrTransient, err)
+	}
+	if st, _ := statusOf(err); st == 0 && !errors.As(err, &netErr) {
+		// An HTTP answer the SDK could not read as OSS's (OSS answers
+		// every error with an XML body it parses): a web server, an
+		// S3-only store or a proxy's error page.
+		return backends.Explain(fmt.Sprintf("OSS endpoint %s does not speak OSS: it answered a bucket listing with something the OSS client cannot read (%v); check the endpoint (--oss-endpoint, OSS_ENDPOINT or the URI)", epURL, err), backends.ErrInvalid, err)
+	}
+	return b.wrapErr("list", "", err)
 }
 
 // ID implements backends.Backend.

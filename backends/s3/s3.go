@@ -16,12 +16,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -270,11 +272,14 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	probeCtx, cancel := context.WithTimeout(ctx, opt.ConnectTimeout)
 	defer cancel()
 	_, err = b.listRaw(probeCtx, prefix, "", "", "", 1)
-	if err != nil && ctx.Err() == nil && probeCtx.Err() != nil {
-		return nil, backends.Wrap("open", "", backends.ErrTransient, fmt.Errorf("S3 endpoint %s did not answer within %v (connect timeout; is it the right endpoint, and reachable?): %w", b.where(), opt.ConnectTimeout, err))
-	}
-	if err != nil {
-		return nil, b.wrapErr("open", "", err)
+	switch {
+	case err == nil:
+	case ctx.Err() == nil && errors.Is(err, syscall.ECONNREFUSED):
+		return nil, backends.Explain(fmt.Sprintf("S3 endpoint %s refused the connection: nothing listens there; check the endpoint (--s3-endpoint, AWS_ENDPOINT_URL or the URI) and that the server is up", b.where()), backends.ErrTransient, err)
+	case ctx.Err() == nil && probeCtx.Err() != nil:
+		return nil, backends.Explain(fmt.Sprintf("S3 endpoint %s did not answer within %v (connect timeout; is it the right endpoint, and reachable?): %v", b.where(), opt.ConnectTimeout, err), backends.ErrTransient, err)
+	default:
+		return nil, b.wrapErr("list", "", err)
 	}
 	log.Debug("s3 backend opened", "uri", b.id, "path_style", ep.pathStyle, "region", ep.region, "credentials", credSource)
 	return b, nil

@@ -27,6 +27,10 @@
 //     100,000 entries through a fresh mount, and the OSS backend listing it
 //     page after page without FUSE (what the store alone costs) and in
 //     ranges at once (backends/parlist, what an input mount does);
+//   - start (--only start): the time from running `mlfsd mount` (with an
+//     empty cache dir and --start-memory, 4 GiB) to the first byte read
+//     through the new mount, and the mount's resident memory then (the
+//     arena is backed as blocks are first used, not at start);
 //   - the daemon's peak RSS (VmHWM) against --cache-memory + 256 MiB.
 //
 // The disk tier creates a file per small object. On ext4 without a journal
@@ -40,7 +44,7 @@
 // Usage (as root, FUSE needs it):
 //
 //	go build -o /tmp/mlfsd ./cmd/mlfsd
-//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|big4|small|list]
+//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|big4|small|list|start]
 package main
 
 import (
@@ -91,7 +95,8 @@ type config struct {
 	ttfb        string
 	bandwidth   string
 	cacheMemory string
-	memBytes    int64 // cacheMemory in bytes
+	memBytes    int64  // cacheMemory in bytes
+	startMemory string // the --cache-memory of the start part
 	streams     int
 	chunk       int64
 	mountFlags  string
@@ -129,10 +134,11 @@ func main() {
 	flag.StringVar(&c.ttfb, "ttfb", "20ms", "emulator time to first byte")
 	flag.StringVar(&c.bandwidth, "conn-bandwidth", "100MB/s", "emulator bandwidth per connection")
 	flag.StringVar(&c.cacheMemory, "cache-memory", "512MiB", "the daemon's --cache-memory")
+	flag.StringVar(&c.startMemory, "start-memory", "4GiB", "the --cache-memory of the mount whose time to first byte the start part measures")
 	flag.IntVar(&c.streams, "ideal-streams", 16, "parallel ranged GETs of the ideal reader (the daemon's per-file bound)")
 	flag.StringVar(&chunk, "ideal-chunk", "8MiB", "range size of the ideal reader (the daemon's largest request)")
 	flag.StringVar(&c.mountFlags, "mount-flags", "", "extra flags for `mlfsd mount` (space-separated)")
-	flag.StringVar(&c.only, "only", "", "run only one part: big, big4, small or list")
+	flag.StringVar(&c.only, "only", "", "run only one part: big, big4, small, list or start")
 	flag.StringVar(&c.mountEnv, "mount-env", "", "experiment: NAME=VALUE pairs (space-separated) added to the mounts' environment, e.g. GOGC=200")
 	flag.StringVar(&c.cacheFS, "cache-root", "", "directory of the mounts' cache dirs (default: --work); see the note on ext4 without a journal")
 	flag.StringVar(&c.pprofAddr, "pprof-addr", "", "serve net/http/pprof from each mount on this loopback address (MLFSD_PPROF_ADDR)")
@@ -179,6 +185,10 @@ type result struct {
 	ColdRandomReads, ColdBackendMB int64   // from the cold daemon's closing log: reads not seen as sequential, MB fetched
 	WarmMBs, DirectMBs, WarmRatio  float64
 	WarmGETs                       int64 // emulator GETs during the warm read: must be 0
+	// start: seconds from running `mlfsd mount` (empty cache, --start-memory)
+	// to the first byte read through it, and the mount's VmRSS then.
+	StartSecs float64
+	StartRSS  int64
 	// big4: 4 cold objects read at once through one mount, aggregate MB/s,
 	// against 4 ideal readers at once (the mean of before and after).
 	Cold4MBs, Ideal4MBs, Cold4Ratio, Cold4CPUPerGiB float64
@@ -266,6 +276,11 @@ func run(c config) error {
 				return err
 			}
 		}
+		if c.wants("start") {
+			if err := benchStart(c, emu, &res); err != nil {
+				return err
+			}
+		}
 		b, _ := json.Marshal(res)
 		fmt.Printf("run %d: %s\n", r+1, b)
 		results = append(results, res)
@@ -323,6 +338,9 @@ func seed(c config, root string) error {
 				}
 			}
 			return nil
+		}},
+		{"start", "1", func() error {
+			return fill(filepath.Join(root, "bench", "start", "first.bin"), 4096)
 		}},
 		{"list", fmt.Sprintf("%d", c.listEntries), func() error {
 			for i := range c.listEntries {
@@ -479,13 +497,19 @@ func isMounted(mnt string) bool {
 }
 
 // peakRSS is the daemon's VmHWM so far, in bytes.
-func (m *mount) peakRSS() int64 {
+func (m *mount) peakRSS() int64 { return m.status("VmHWM:") }
+
+// rss is the daemon's VmRSS now, in bytes.
+func (m *mount) rss() int64 { return m.status("VmRSS:") }
+
+// status is a size field of the daemon's /proc status, in bytes.
+func (m *mount) status(field string) int64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid))
 	if err != nil {
 		return -1
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
+		if strings.HasPrefix(line, field) {
 			f := strings.Fields(line)
 			kb, _ := strconv.ParseInt(f[1], 10, 64)
 			return kb << 10
@@ -1117,6 +1141,58 @@ func benchList(ctx context.Context, c config, emu *emulator, res *result) error 
 	return nil
 }
 
+// benchStart runs `mlfsd mount` with an empty cache dir and --start-memory
+// and reads a file's first byte through the mount as soon as it answers:
+// the wait a job (or a pod) has before its first read.
+func benchStart(c config, emu *emulator, res *result) error {
+	mnt := filepath.Join(c.work, "mnt-start")
+	cacheDir, err := os.MkdirTemp(c.cacheRoot, "start-")
+	if err != nil {
+		return err
+	}
+	os.MkdirAll(mnt, 0o755)
+	args := []string{"--cache-dir", cacheDir, "--cache-memory", c.startMemory, "--oss-endpoint", emu.endpoint,
+		"mount", "--read-only", "oss://bench/start/", mnt}
+	cmd := exec.Command(c.mlfsd, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	m := &mount{cmd: cmd, mnt: mnt, stderr: &stderr, done: make(chan error, 1)}
+	go func() { m.done <- cmd.Wait() }()
+	defer m.stop()
+	file := filepath.Join(mnt, "first.bin")
+	b := make([]byte, 1)
+	// Until the mount answers, the path is the empty directory under it.
+	for {
+		if f, err := os.Open(file); err == nil {
+			n, err := f.Read(b)
+			f.Close()
+			if n == 1 {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("first read of %s: %w", file, err)
+			}
+		}
+		select {
+		case err := <-m.done:
+			return fmt.Errorf("mlfsd mount exited: %v: %s", err, &stderr)
+		default:
+		}
+		if time.Since(start) > 5*time.Minute {
+			return fmt.Errorf("%s answered no read within 5 minutes: %s", mnt, &stderr)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	res.StartSecs = time.Since(start).Seconds()
+	res.StartRSS = m.rss()
+	res.PeakRSS = max(res.PeakRSS, m.peakRSS())
+	return nil
+}
+
 func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
@@ -1177,6 +1253,10 @@ func report(c config, rs []result, rssBound int64) {
 		fmt.Printf("cold listing of one directory of %d entries, seconds: ls -l %.2f (goal < 3), ls -f %.2f, OSS backend alone (no FUSE) %.2f page after page, %.2f in ranges at once\n",
 			c.listEntries, col(func(r result) float64 { return r.ListLSL }), col(func(r result) float64 { return r.ListLSF }),
 			col(func(r result) float64 { return r.ListDirect }), col(func(r result) float64 { return r.ListDirectParallel }))
+	}
+	if c.wants("start") {
+		fmt.Printf("start, --cache-memory %s, empty cache: `mlfsd mount` to the first byte read through it %.2f s (goal < 1 quiet, < 3 busy); the mount's RSS then %s\n",
+			c.startMemory, col(func(r result) float64 { return r.StartSecs }), humanize.IBytes(uint64(col(func(r result) float64 { return float64(r.StartRSS) }))))
 	}
 	fmt.Printf("daemon peak RSS %s; bound --cache-memory + 256MiB = %s: %s\n", humanize.IBytes(uint64(peak)), humanize.IBytes(uint64(rssBound)),
 		map[bool]string{true: "within", false: "EXCEEDED"}[peak < rssBound])

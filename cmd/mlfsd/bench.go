@@ -151,11 +151,12 @@ The size flags override the profile's values.`,
 
 func newBenchRunCmd(a *app) *cobra.Command {
 	var (
-		opt       bench.RunOptions
-		workloads string
-		asJSON    bool
-		out, plot string
-		progress  bool
+		opt           bench.RunOptions
+		workloads     string
+		asJSON        bool
+		out, plot     string
+		progress      bool
+		dropPageCache bool
 	)
 	c := &cobra.Command{
 		Use:   "run PATH|URI",
@@ -175,8 +176,10 @@ Figures are medians of --runs runs. Every byte read is checked; wrong bytes
 fail the run (exit status 1) naming the file and offset.
 
 Cache states (--cache): cold drops the kernel page cache before each run (root
-only; if not permitted the output says so), warm times runs after one untimed
-pass, both alternates a cold and a warm run; a warm run repeats the shuffle and
+only; if not permitted the output says so). That is the whole host's page
+cache, every process's, so cold and both (the default) run only with
+--drop-page-cache, the confirmation that no one else's jobs share the host.
+Warm times runs after one untimed pass, both alternates a cold and a warm run; a warm run repeats the shuffle and
 offsets of the pass that warmed it. A FUSE daemon's own cache is not
 dropped: to measure one cold, remount it.
 
@@ -195,6 +198,9 @@ Workloads:
 				return fmt.Errorf("bench run: %w", err)
 			}
 			defer closeFS()
+			if err := bench.ConfirmDropPageCache(opt.Cache, dropPageCache); err != nil {
+				return fmt.Errorf("bench run: %w", err)
+			}
 			rep, err := bench.Run(ctx, fsys, opt)
 			if err != nil {
 				return fmt.Errorf("bench run: %w", err)
@@ -224,7 +230,8 @@ Workloads:
 	fl.IntVar(&opt.RandomOps, "random-ops", 2000, "reads per run of the random workload")
 	fl.StringVar(&opt.WriteDir, "write-dir", "", "directory the ckpt workload writes to (and removes its file from)")
 	sizeFlag(fl, &opt.CkptSize, "ckpt-size", "size of the checkpoint file (default: the dataset's shard size)")
-	fl.StringVar(&opt.Cache, "cache", bench.CacheBoth, "page-cache state of the read workloads: cold, warm, both or as-is")
+	fl.StringVar(&opt.Cache, "cache", bench.CacheBoth, "page-cache state of the read workloads: cold, warm, both or as-is (cold and both need --drop-page-cache)")
+	fl.BoolVar(&dropPageCache, "drop-page-cache", false, "confirm that --cache cold or both may drop the page cache of the whole host (every process's, not only the dataset's) before each cold run")
 	fl.Uint64Var(&opt.Seed, "seed", 0, "seed of shuffles and random offsets (default: the dataset's)")
 	fl.StringVar(&opt.Target, "target", "", "label of what is measured, e.g. mlfsd, rclone, local (shown in reports and plots)")
 	fl.BoolVar(&asJSON, "json", false, "print the report as JSON instead of a table")

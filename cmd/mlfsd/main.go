@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"runtime/pprof"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	mfs "github.com/mlfsd/mlfsd/fs"
 	"github.com/mlfsd/mlfsd/node"
 )
 
@@ -80,6 +82,9 @@ func execute(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
+	if cmd, _, ferr := root.Find(args); ferr == nil {
+		err = explainNotRoot(cmd.Name(), err)
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
@@ -89,6 +94,23 @@ func execute(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "mlfsd:", err)
 	return 1
+}
+
+// explainNotRoot adds to a permission error of a mounting subcommand run
+// by another user than root what is missing: a first try as a normal user
+// fails on /ml, /run/mlfsd or the cache directory before it reaches the
+// mount, and "permission denied" alone does not say that root is needed.
+func explainNotRoot(cmd string, err error) error {
+	var nr *mfs.NeedRootError
+	switch cmd {
+	case "mount", "run", "daemon", "mount-helper", "csi":
+	default:
+		return err
+	}
+	if os.Geteuid() == 0 || !errors.Is(err, iofs.ErrPermission) || errors.As(err, &nr) {
+		return err
+	}
+	return fmt.Errorf("%w (mlfsd %s mounts FUSE filesystems and needs root: run it as root, e.g. with sudo)", err, cmd)
 }
 
 func newRootCmd(a *app) *cobra.Command {

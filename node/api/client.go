@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mlfsd/mlfsd/job"
@@ -92,10 +93,27 @@ func handingOver(err error) bool {
 }
 
 // notListeningError is a failure to connect: no daemon listens on the
-// socket (between the old daemon's exit and the new one's start).
-type notListeningError struct{ err error }
+// socket (between the old daemon's exit and the new one's start, or none
+// was ever started there).
+type notListeningError struct {
+	socket string
+	err    error
+}
 
-func (e *notListeningError) Error() string { return e.err.Error() }
+// Error says why nothing answered and what to do, as the first thing a
+// user whose daemon is not running sees.
+func (e *notListeningError) Error() string {
+	start := fmt.Sprintf("start it with `mlfsd daemon --socket %s --state-dir DIR` (as root), or pass --daemon with the socket of the daemon that runs", e.socket)
+	switch {
+	case errors.Is(e.err, syscall.ENOENT):
+		return fmt.Sprintf("no daemon at %s: %s", e.socket, start)
+	case errors.Is(e.err, syscall.ECONNREFUSED):
+		return fmt.Sprintf("no daemon answers at %s (the socket is left from a daemon that exited): %s", e.socket, start)
+	case errors.Is(e.err, syscall.EACCES), errors.Is(e.err, syscall.EPERM):
+		return fmt.Sprintf("may not connect to the daemon at %s: its socket is root's only; run this as root", e.socket)
+	}
+	return fmt.Sprintf("mlfsd daemon at %s: %v", e.socket, e.err)
+}
 func (e *notListeningError) Unwrap() error { return e.err }
 
 // do sends a request; one refused or cut by a takeover is sent again, with
@@ -183,7 +201,7 @@ func (c *Client) doOnce(ctx context.Context, method, path string, in, out any) e
 		var ne *net.OpError
 		if errors.As(err, &ne) {
 			if ne.Op == "dial" {
-				return fmt.Errorf("mlfsd daemon at %s: %w", c.socket, &notListeningError{ne.Err})
+				return &notListeningError{c.socket, ne.Err}
 			}
 			return fmt.Errorf("mlfsd daemon at %s: %w", c.socket, ne.Err)
 		}

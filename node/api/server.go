@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/oss"
 	"github.com/mlfsd/mlfsd/node"
 )
 
@@ -184,11 +186,24 @@ func (s *Server) mount(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("api: mount", "source", req.URI, "mountpoint", req.Target, "read_only", req.ReadOnly, "credentials", nr.Credentials)
 	info, err := s.n.Mount(r.Context(), nr)
+	if errors.Is(err, oss.ErrNoCredentials) && nr.Credentials.OSSAccessKeyID == "" {
+		err = noOwnCredentials(req.URI, err)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	reply(w, http.StatusOK, info)
+}
+
+// noOwnCredentials explains a mount that brought no OSS key of its own
+// and found none in the daemon's configuration: a user who set a key in
+// the shell that ran `mount -o daemon=` would otherwise read "set
+// OSS_ACCESS_KEY_ID" and find it set.
+func noOwnCredentials(uri string, err error) error {
+	return backends.Explain(fmt.Sprintf("open %s: no OSS credentials: the mount request brought none of its own (mount -t fuse.mlfsd -o daemon= sends none), so it uses the daemon's, and the daemon has none: "+
+		"start the daemon with --oss-credentials-file FILE or with OSS_ACCESS_KEY_ID and OSS_ACCESS_KEY_SECRET in its environment, "+
+		"or mount with `mlfsd mount --daemon SOCKET`, which sends those of its own environment", uri), err, nil)
 }
 
 func (s *Server) unmount(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -153,7 +154,7 @@ func TestClientDoesNotRetryOrdinaryErrors(t *testing.T) {
 		t.Errorf("after the Mount of a bad URI: %d requests, want 2", n)
 	}
 	// No daemon on the socket: fails at once too.
-	if _, err := NewClient(filepath.Join(t.TempDir(), "none.sock")).List(ctx); err == nil || !strings.Contains(err.Error(), "no such file") {
+	if _, err := NewClient(filepath.Join(t.TempDir(), "none.sock")).List(ctx); !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "no daemon at") {
 		t.Errorf("List with no daemon: %v", err)
 	}
 	// A takeover refusal with a done context gives up with the context's error.
@@ -172,7 +173,7 @@ func TestClientDoesNotRetryOrdinaryErrors(t *testing.T) {
 func TestClientWaitsWhileTakeoverMarked(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "api.sock")
 	c := NewClient(sock)
-	if _, err := c.List(t.Context()); err == nil || !strings.Contains(err.Error(), "no such file") {
+	if _, err := c.List(t.Context()); !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "no daemon at") {
 		t.Fatalf("List with no daemon and no marker: %v", err)
 	}
 	if err := MarkTakeover(sock); err != nil {
@@ -182,7 +183,7 @@ func TestClientWaitsWhileTakeoverMarked(t *testing.T) {
 	if err := os.Chtimes(TakeoverMarker(sock), old, old); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.List(t.Context()); err == nil || !strings.Contains(err.Error(), "no such file") {
+	if _, err := c.List(t.Context()); !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "no daemon at") {
 		t.Fatalf("List with a stale marker: %v", err)
 	}
 	if err := MarkTakeover(sock); err != nil {
