@@ -128,6 +128,7 @@ type Backend struct {
 	prefix       string // "" or ending in '/'
 	id           string
 	endpointHost string
+	hc           *http.Client // the SDK's client: its idle connections close with the backend
 	opt          Options
 	retryOpt     RetryOptions
 	log          *slog.Logger
@@ -170,9 +171,8 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if cred.token != "" {
 		copts = append(copts, alioss.SecurityToken(cred.token))
 	}
-	if hc := newHTTPClient(strings.HasPrefix(epURL, "https:"), opt.ConnectTimeout, rwTimeout); hc != nil {
-		copts = append(copts, alioss.HTTPClient(hc))
-	}
+	hc := newHTTPClient(strings.HasPrefix(epURL, "https:"), opt.ConnectTimeout, rwTimeout)
+	copts = append(copts, alioss.HTTPClient(hc))
 	client, err := alioss.New(epURL, cred.id, cred.secret, copts...)
 	if err != nil {
 		return nil, fmt.Errorf("OSS endpoint %s: %w", epURL, err)
@@ -186,7 +186,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	idURI.Endpoint = host
 	b := &Backend{
 		bucket: bkt, bucketName: u.Bucket, prefix: prefix, id: idURI.String(),
-		endpointHost: host, opt: opt, retryOpt: opt.Retry, log: log,
+		endpointHost: host, hc: hc, opt: opt, retryOpt: opt.Retry, log: log,
 	}
 	b.Dirs = prefixdirs.NewDirs(prefixdirs.Namespace{Store: dirStore{b}, Prefix: prefix, PageSize: listPageSize, Truncated: errTruncated})
 	// Probe: one listing of the prefix proves bucket, endpoint and key.
@@ -197,6 +197,9 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 		_, err := b.bucket.ListObjectsV2(alioss.Prefix(prefix), alioss.MaxKeys(1), alioss.WithContext(probeCtx))
 		return err
 	})
+	if err != nil {
+		b.Close() // a refused probe left its connection idle
+	}
 	if err != nil && ctx.Err() == nil && probeCtx.Err() != nil {
 		return nil, backends.Wrap("open", "", backends.ErrTransient, fmt.Errorf("OSS endpoint %s did not answer within %v (connect timeout; is it the right endpoint, and reachable?): %w", epURL, opt.ConnectTimeout, err))
 	}
@@ -210,9 +213,13 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 // ID implements backends.Backend.
 func (b *Backend) ID() string { return b.id }
 
-// Close implements backends.Backend. The SDK keeps no background work;
-// idle connections close on their own.
-func (b *Backend) Close() error { return nil }
+// Close implements backends.Backend. The SDK keeps no background work of
+// its own; the idle connections to the endpoint (a socket and two
+// goroutines each) are closed here.
+func (b *Backend) Close() error {
+	b.hc.CloseIdleConnections()
+	return nil
+}
 
 func (b *Backend) object(key string) string { return b.prefix + key }
 
