@@ -244,7 +244,7 @@ func (d *outDir) load(ctx context.Context) syscall.Errno {
 			continue
 		}
 		if o.Link != "" {
-			d.AddChild(name, d.newChild(ctx, key, name, &outLink{t: d.t, target: o.Link, meta: d.t.loadedMeta(0o777, o.ModTime)}, syscall.S_IFLNK), false)
+			d.AddChild(name, d.newChild(ctx, key, name, &outLink{t: d.t, target: o.Link, fromStore: true, meta: d.t.loadedMeta(0o777, o.ModTime)}, syscall.S_IFLNK), false)
 			continue
 		}
 		info := o
