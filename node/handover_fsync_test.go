@@ -81,21 +81,22 @@ func TestHandoverDoesNotFreezeForAnotherMountsFsync(t *testing.T) {
 		Credentials: Credentials{OSSAccessKeyID: ossemutest.AccessKeyID, OSSAccessKeySecret: ossemutest.AccessKeySecret}}); err != nil {
 		t.Fatal(err)
 	}
-	// Several other mounts, so that the old order (whichever the map
-	// gave) froze some of them before the held one.
+	// Eight other mounts: the old code froze the mounts one by one in the
+	// map's order, so it failed here unless the held one came first (one
+	// run in nine).
 	type other struct {
 		mnt    string
 		output bool
 	}
 	var others []other
-	for range 2 {
+	for range 3 {
 		mnt := t.TempDir()
 		if _, err := n.Mount(ctx, MountRequest{URI: "nas://" + t.TempDir() + "/", Target: mnt}); err != nil {
 			t.Fatal(err)
 		}
 		others = append(others, other{mnt, true})
 	}
-	for range 3 {
+	for range 5 {
 		src, mnt := t.TempDir(), t.TempDir()
 		if err := os.WriteFile(filepath.Join(src, "f"), []byte("data"), 0o644); err != nil {
 			t.Fatal(err)
