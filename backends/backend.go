@@ -63,6 +63,12 @@ type ObjectInfo struct {
 	IsDir   bool
 	// Mode holds permission bits where the store has them (0 otherwise).
 	Mode uint32
+	// Owned reports that UID and GID are the object's POSIX owner and
+	// group and Mode its exact permission bits, as a POSIX store (NAS)
+	// keeps them. An input mount then shows them and has the kernel
+	// enforce them. Stores without owners leave it false.
+	Owned    bool
+	UID, GID uint32
 	// Link is the target of a symbolic link, set only in listings that
 	// ask for links (ListOptions.Links) from a Linker store. The entry then
 	// describes the link itself: IsDir is false, Size is len(Link).

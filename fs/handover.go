@@ -148,11 +148,16 @@ type handoverFS struct {
 	fuse.RawFileSystem
 
 	mu       sync.Mutex
-	idle     *sync.Cond             // signalled when inflight drops to 0
-	frozen   bool                   // GUARDED_BY(mu)
-	thawed   chan struct{}          // GUARDED_BY(mu): closed by thaw
-	inflight int                    // GUARDED_BY(mu)
-	handles  map[uint64]HandleState // GUARDED_BY(mu)
+	idle     *sync.Cond    // signalled when inflight or fsyncs drops to 0
+	frozen   bool          // GUARDED_BY(mu)
+	thawed   chan struct{} // GUARDED_BY(mu): closed by thaw
+	inflight int           // GUARDED_BY(mu)
+	// fsyncsHeld makes new FSYNCs wait as frozen requests do, while the
+	// rest of the mount is served (holdFsyncs); fsyncs counts those
+	// running.
+	fsyncsHeld bool                   // GUARDED_BY(mu)
+	fsyncs     int                    // GUARDED_BY(mu)
+	handles    map[uint64]HandleState // GUARDED_BY(mu)
 	// lookups is the kernel's lookup count of each node, as this server
 	// (and the daemons before it) answered; owed is the part of it a
 	// previous daemon gave, for which go-fuse holds a count of 1.
@@ -203,6 +208,77 @@ func (h *handoverFS) leave() {
 	h.mu.Unlock()
 }
 
+// enterFsync is enter for an FSYNC, which also waits while FSYNCs are
+// held.
+func (h *handoverFS) enterFsync() func() {
+	h.mu.Lock()
+	for h.frozen || h.fsyncsHeld {
+		ch := h.thawed
+		h.mu.Unlock()
+		<-ch
+		h.mu.Lock()
+	}
+	h.inflight++
+	h.fsyncs++
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		h.fsyncs--
+		h.inflight--
+		if h.inflight == 0 || h.fsyncs == 0 {
+			h.idle.Broadcast()
+		}
+		h.mu.Unlock()
+	}
+}
+
+// stopLocked makes the requests that arrive from now on wait for thaw,
+// all of them (freeze) or only FSYNCs (holdFsyncs).
+func (h *handoverFS) stopLocked(all bool) {
+	if !h.frozen && !h.fsyncsHeld {
+		h.thawed = make(chan struct{})
+	}
+	if all {
+		h.frozen = true
+	} else {
+		h.fsyncsHeld = true
+	}
+}
+
+// waitLocked waits until busy is false or ctx is done, and reports
+// whether busy still is.
+func (h *handoverFS) waitLocked(ctx context.Context, busy func() bool) bool {
+	stop := context.AfterFunc(ctx, func() {
+		h.mu.Lock()
+		h.idle.Broadcast()
+		h.mu.Unlock()
+	})
+	defer stop()
+	for busy() && ctx.Err() == nil {
+		h.idle.Wait()
+	}
+	return busy()
+}
+
+// holdFsyncs makes new FSYNCs wait (as frozen requests do) and waits for
+// those running to be answered, until ctx is done (then it thaws and
+// fails). Every other request is served meanwhile. A durable fsync waits
+// for an upload, which may take long: a handover holds fsyncs, and waits
+// for those running, before it freezes anything, so that no mount is
+// frozen while another finishes one.
+func (h *handoverFS) holdFsyncs(ctx context.Context) error {
+	h.mu.Lock()
+	h.stopLocked(false)
+	busy := h.waitLocked(ctx, func() bool { return h.fsyncs > 0 })
+	n := h.fsyncs
+	h.mu.Unlock()
+	if busy {
+		h.thaw()
+		return fmt.Errorf("%d fsyncs still running: %w", n, ctx.Err())
+	}
+	return nil
+}
+
 // freeze stops new requests and waits for those running to finish, until
 // ctx is done (then it thaws and fails).
 func (h *handoverFS) freeze(ctx context.Context) error {
@@ -211,21 +287,11 @@ func (h *handoverFS) freeze(ctx context.Context) error {
 		h.mu.Unlock()
 		return errors.New("already frozen")
 	}
-	h.frozen, h.thawed = true, make(chan struct{})
-	h.mu.Unlock()
-	stop := context.AfterFunc(ctx, func() {
-		h.mu.Lock()
-		h.idle.Broadcast()
-		h.mu.Unlock()
-	})
-	defer stop()
-	h.mu.Lock()
-	for h.inflight > 0 && ctx.Err() == nil {
-		h.idle.Wait()
-	}
+	h.stopLocked(true)
+	busy := h.waitLocked(ctx, func() bool { return h.inflight > 0 })
 	n := h.inflight
 	h.mu.Unlock()
-	if n > 0 {
+	if busy {
 		h.thaw()
 		return fmt.Errorf("%d requests still running: %w", n, ctx.Err())
 	}
@@ -235,8 +301,8 @@ func (h *handoverFS) freeze(ctx context.Context) error {
 func (h *handoverFS) thaw() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.frozen {
-		h.frozen = false
+	if h.frozen || h.fsyncsHeld {
+		h.frozen, h.fsyncsHeld = false, false
 		close(h.thawed)
 	}
 }
@@ -593,7 +659,7 @@ func (h *handoverFS) Flush(c <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	return h.RawFileSystem.Flush(c, in)
 }
 func (h *handoverFS) Fsync(c <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
-	defer h.enter()()
+	defer h.enterFsync()()
 	return h.RawFileSystem.Fsync(c, in)
 }
 func (h *handoverFS) Fallocate(c <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
@@ -636,6 +702,17 @@ func (m *Server) Freeze(ctx context.Context) error {
 	}
 	if err := m.hfs.freeze(ctx); err != nil {
 		return fmt.Errorf("freezing %s: %w", m.mountpoint, err)
+	}
+	return nil
+}
+
+// HoldFsyncs prepares a handover: FSYNCs read from now on wait (as all
+// requests do once frozen), and HoldFsyncs returns once those already
+// running are answered, while every other request is served as usual. It
+// fails, thawed, when ctx is done first. Thaw ends the hold.
+func (m *Server) HoldFsyncs(ctx context.Context) error {
+	if err := m.hfs.holdFsyncs(ctx); err != nil {
+		return fmt.Errorf("waiting for the fsyncs on %s: %w", m.mountpoint, err)
 	}
 	return nil
 }

@@ -54,6 +54,9 @@ type inputFS struct {
 	src  Source
 	log  *slog.Logger
 	inos *inoAlloc // inode numbers, which are the kernel's node IDs
+	// owned: the store keeps owners and modes (backends.ObjectInfo.Owned),
+	// which the tree shows and the kernel enforces. Set once, at the root.
+	owned bool
 
 	// replay is set only while an adoption opens the handed-over handles
 	// again, one at a time before serving (handover.go): the handle must
@@ -138,6 +141,7 @@ func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (go
 		if !info.IsDir {
 			return nil, fmt.Errorf("input %s: not a directory", b.ID())
 		}
+		f.owned = info.Owned
 		return &inDir{fsys: f, info: info}, nil
 	}
 	info, err := b.Stat(ctx, opt.Key)
@@ -147,6 +151,7 @@ func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (go
 	if info.IsDir {
 		return nil, fmt.Errorf("input %s%s is a directory; end the URI with '/' to mount a directory channel", b.ID(), opt.Key)
 	}
+	f.owned = info.Owned
 	l := f.listingOf("")
 	l.entries = map[string]backends.ObjectInfo{path.Base(opt.Key): info}
 	l.loaded = true
@@ -160,7 +165,7 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 		return nil, err
 	}
 	fsys := root.(*inDir).fsys
-	srv, err := mountTree(mountpoint, root, fsys.inos, inputMountOptions(b, opt, mopt))
+	srv, err := mountTree(mountpoint, root, fsys.inos, inputMountOptions(b, fsys, opt, mopt))
 	if err != nil {
 		return nil, err
 	}
@@ -168,9 +173,16 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 	return srv, nil
 }
 
-// inputMountOptions completes mopt with the defaults of input mounts.
-func inputMountOptions(b backends.Backend, opt InputOptions, mopt MountOptions) MountOptions {
+// inputMountOptions completes mopt with the defaults of input mounts. A
+// tree over a store that keeps owners (NAS) shows them, and the kernel
+// enforces them (default_permissions), as on output mounts: otherwise any
+// user allowed on the mount (allow_other) could read a file that is 0600 on
+// the NAS.
+func inputMountOptions(b backends.Backend, f *inputFS, opt InputOptions, mopt MountOptions) MountOptions {
 	mopt.ReadOnly = true
+	if f.owned {
+		mopt.DefaultPermissions = true
+	}
 	if mopt.EntryTimeout == 0 {
 		mopt.EntryTimeout = inputCacheTimeout
 	}
@@ -801,7 +813,7 @@ func AdoptInput(fd int, mountpoint string, snap *Snapshot, b backends.Backend, o
 	if err := in.fsys.seedState(snap.Tree); err != nil {
 		return nil, err
 	}
-	a, err := adopt(fd, mountpoint, snap, root, in.fsys.inos, inputMountOptions(b, opt, mopt))
+	a, err := adopt(fd, mountpoint, snap, root, in.fsys.inos, inputMountOptions(b, in.fsys, opt, mopt))
 	if err != nil {
 		return nil, err
 	}
@@ -816,6 +828,8 @@ func AdoptInput(fd int, mountpoint string, snap *Snapshot, b backends.Backend, o
 	return a, nil
 }
 
+// fillAttr describes an object: with the owner, group and mode the store
+// keeps (NAS), or else as root's, readable by all.
 func fillAttr(info backends.ObjectInfo, a *fuse.Attr) {
 	if info.IsDir {
 		a.Mode = syscall.S_IFDIR | 0o555
@@ -825,6 +839,10 @@ func fillAttr(info backends.ObjectInfo, a *fuse.Attr) {
 		a.Nlink = 1
 		a.Size = uint64(info.Size)
 		a.Blocks = (a.Size + 511) / 512
+	}
+	if info.Owned {
+		a.Mode = a.Mode&syscall.S_IFMT | info.Mode&0o7777
+		a.Uid, a.Gid = info.UID, info.GID
 	}
 	a.Blksize = 1 << 20 // tells cp and friends to use large reads
 	t := info.ModTime

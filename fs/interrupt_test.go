@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 		fmt.Println(unix.Stat(p, &st))
 		os.Exit(0)
 	}
+	if p := os.Getenv(forkedWriterEnv); p != "" {
+		forkedWriter(p)
+	}
 	os.Exit(m.Run())
 }
 

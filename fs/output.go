@@ -244,7 +244,7 @@ func (d *outDir) load(ctx context.Context) syscall.Errno {
 			continue
 		}
 		if o.Link != "" {
-			d.AddChild(name, d.newChild(ctx, key, name, &outLink{t: d.t, target: o.Link, meta: d.t.loadedMeta(0o777, o.ModTime)}, syscall.S_IFLNK), false)
+			d.AddChild(name, d.newChild(ctx, key, name, &outLink{t: d.t, target: o.Link, fromStore: true, meta: d.t.loadedMeta(0o777, o.ModTime)}, syscall.S_IFLNK), false)
 			continue
 		}
 		info := o
@@ -433,7 +433,7 @@ func (d *outDir) Create(ctx context.Context, name string, flags uint32, mode uin
 	}
 	f := &outFile{t: d.t, meta: d.newMeta(ctx, mode, false)}
 	ch := d.newChild(ctx, outKey(&d.Inode), name, f, syscall.S_IFREG)
-	fh := newOutHandle(f, h, true)
+	fh := newOutHandle(ctx, f, h, true)
 	var ao fuse.AttrOut
 	f.Getattr(ctx, fh, &ao)
 	out.Attr = ao.Attr

@@ -136,13 +136,16 @@ func (f *outFile) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint
 		f.mtime = time.Time{}
 		f.mu.Unlock()
 	}
-	return newOutHandle(f, h, write), 0, 0
+	return newOutHandle(ctx, f, h, write), 0, 0
 }
 
-// newOutHandle wraps h; a handle staged for passthrough offers its staging
-// file to the kernel.
-func newOutHandle(f *outFile, h *writeback.Handle, write bool) gofs.FileHandle {
+// newOutHandle wraps h, opened by the request in ctx; a handle staged for
+// passthrough offers its staging file to the kernel.
+func newOutHandle(ctx context.Context, f *outFile, h *writeback.Handle, write bool) gofs.FileHandle {
 	oh := &outHandle{f: f, h: h, write: write}
+	if write {
+		oh.opener = callerProcess(ctx)
+	}
 	if _, ok := h.PassthroughFd(); ok {
 		return &outPTHandle{oh}
 	}
@@ -166,6 +169,9 @@ type outHandle struct {
 	f     *outFile
 	h     *writeback.Handle
 	write bool
+	// opener is the process that opened a write handle (0 when unknown:
+	// a handle a previous daemon opened). Only its close seals the file.
+	opener int
 }
 
 var (
@@ -196,9 +202,23 @@ func (oh *outHandle) Write(ctx context.Context, data []byte, off int64) (uint32,
 }
 
 // Flush is close(2): it returns once the file is journaled for upload.
+//
+// Every process that shares the open file flushes it when it closes its
+// descriptor, a child made by fork() included, at its exit or at exec (a
+// close-on-exec descriptor). Such a close says nothing about the writer
+// being done: sealing there published a half-written file. So only a close
+// by the process that opened the file seals it; the bytes written
+// through the shared file after the opener's close (a child still writing)
+// are sealed at the last close of all (Release). An opener we cannot name
+// (0) seals at every close, as before.
 func (oh *outHandle) Flush(ctx context.Context) syscall.Errno {
 	if !oh.write {
 		return 0
+	}
+	if oh.opener != 0 {
+		if p := callerProcess(ctx); p != 0 && p != oh.opener {
+			return 0
+		}
 	}
 	return ToErrno(oh.f.t.log, "close", oh.h.Key(), oh.h.Flush(ctx))
 }

@@ -34,8 +34,11 @@ type outNodeState struct {
 	Base   *backends.ObjectInfo `json:"base,omitempty"`   // file: from the listing
 	MTime  time.Time            `json:"mtime,omitempty"`  // file: set by utimens
 	Target string               `json:"target,omitempty"` // link
-	Type   uint32               `json:"type,omitempty"`   // special: S_IFIFO...
-	Rdev   uint32               `json:"rdev,omitempty"`   // special
+	// FromStore: a link listed from the store, not made through the
+	// mount (outLink.fromStore).
+	FromStore bool   `json:"from_store,omitempty"`
+	Type      uint32 `json:"type,omitempty"` // special: S_IFIFO...
+	Rdev      uint32 `json:"rdev,omitempty"` // special
 }
 
 // outMetaState is a nodeMeta as handed over.
@@ -84,7 +87,7 @@ func (t *outTree) exportState(root *gofs.Inode) (json.RawMessage, error) {
 			o.mu.Unlock()
 		case *outLink:
 			o.mu.Lock()
-			ns = outNodeState{Kind: "link", Meta: metaState(o.meta), Target: o.target}
+			ns = outNodeState{Kind: "link", Meta: metaState(o.meta), Target: o.target, FromStore: o.fromStore}
 			o.mu.Unlock()
 		case *outSpecial:
 			o.mu.Lock()
@@ -137,7 +140,7 @@ func (d *outDir) loadSeed(ctx context.Context, key string) bool {
 		case "file":
 			ops = &outFile{t: t, base: ns.Base, meta: ns.Meta.meta(), mtime: ns.MTime}
 		case "link":
-			ops, mode = &outLink{t: t, target: ns.Target, meta: ns.Meta.meta()}, syscall.S_IFLNK
+			ops, mode = &outLink{t: t, target: ns.Target, fromStore: ns.FromStore, meta: ns.Meta.meta()}, syscall.S_IFLNK
 		case "special":
 			ops, mode = &outSpecial{rdev: ns.Rdev, meta: ns.Meta.meta()}, ns.Type
 		}

@@ -3,6 +3,8 @@ package fs
 import (
 	"context"
 	"errors"
+	"path"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -18,6 +20,10 @@ type outLink struct {
 	gofs.Inode
 	t      *outTree
 	target string // set at creation, never changed
+	// fromStore: the link was in the store when the tree listed it, put
+	// there by anyone who may write the store, not made through this
+	// mount. Such a link is not followed out of the channel (Readlink).
+	fromStore bool
 
 	mu   sync.Mutex
 	meta nodeMeta // GUARDED_BY(mu)
@@ -29,8 +35,39 @@ var (
 	_ = (gofs.NodeSetattrer)((*outLink)(nil))
 )
 
+// Readlink gives the target, except for a link from the store that leads
+// out of the channel: the kernel follows a link in the caller's own file
+// system, so such a link, planted in a shared store, would redirect a
+// job's writes (echo > ckpt) to a file of the job's host or container
+// that the job never named (/etc/..., or a file beside the mountpoint).
+// It is answered EACCES, so open, stat and every path through it fail
+// without following it; lstat, unlink and rename of the link itself, which
+// do not follow it, work. A link the job makes through the mount is its
+// own and always followed.
 func (l *outLink) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	if l.fromStore {
+		if key := outKey(&l.Inode); leavesChannel(key, l.target) {
+			l.t.log.Warn("output: not following a link from the store that leads out of the channel; replace it with a relative link inside the channel",
+				"key", key, "target", l.target)
+			return nil, syscall.EACCES
+		}
+	}
 	return []byte(l.target), 0
+}
+
+// leavesChannel reports whether a link at key (a path relative to the
+// channel's root) to target resolves outside the channel. An absolute
+// target always does: where the channel appears in the caller's file
+// system is not known here. A relative one is cleaned lexically, which
+// errs on the safe side only: a link to a path that goes down a link and
+// back up ("in/../x") is taken as it reads, and the links on its way are
+// themselves checked when the kernel follows them.
+func leavesChannel(key, target string) bool {
+	if path.IsAbs(target) {
+		return true
+	}
+	p := path.Join(path.Dir(key), target)
+	return p == ".." || strings.HasPrefix(p, "../")
 }
 
 func (l *outLink) Getattr(ctx context.Context, _ gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {

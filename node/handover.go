@@ -84,30 +84,30 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 	n.handover = true
 	n.mu.Unlock()
 
-	// The outputs' uploaders take no new file and those uploading finish
-	// (for a few seconds at most) before the mounts freeze, so that the
-	// mounts are not frozen while they do.
-	h.pauseStores()
-
 	fail := func(err error) (*Handover, error) {
 		h.Abort()
 		return nil, err
 	}
-	var frozen []*mount
+	// A durable fsync waits for its upload, which may take long. Were a
+	// mount frozen while another's fsync ran, it would wait for that
+	// upload (a takeover during a durable fsync froze every mount of the
+	// node for 13.6 s). So first, with the uploads running and nothing
+	// frozen, new fsyncs wait and those running are answered, on every
+	// mount at once; no fsync then runs when the mounts freeze.
+	if err := h.holdFsyncs(ctx); err != nil {
+		return fail(err)
+	}
+
+	// The outputs' uploaders take no new file and those uploading finish
+	// (for a few seconds at most) before the mounts freeze, so that the
+	// mounts are not frozen while they do.
+	h.pauseStores()
 	for _, m := range h.mounts {
 		if err := m.srv.Freeze(ctx); err != nil {
-			for _, f := range frozen {
-				f.srv.Thaw()
-			}
-			for _, m := range h.mounts {
-				if m.store != nil {
-					m.store.Resume()
-				}
-			}
-			h.mounts = nil
+			// Abort thaws them all: those frozen, and the fsyncs held on
+			// the others.
 			return fail(err)
 		}
-		frozen = append(frozen, m)
 	}
 	for _, m := range h.mounts {
 		snap, err := m.srv.Snapshot()
@@ -125,6 +125,18 @@ func (n *Node) FreezeForHandover(ctx context.Context) (*Handover, error) {
 		h.Mounts = append(h.Mounts, hm)
 	}
 	return h, nil
+}
+
+// holdFsyncs holds the fsyncs of every mount, side by side, and returns
+// once none runs (see fs.Server.HoldFsyncs).
+func (h *Handover) holdFsyncs(ctx context.Context) error {
+	errs := make([]error, len(h.mounts))
+	var wg sync.WaitGroup
+	for i, m := range h.mounts {
+		wg.Go(func() { errs[i] = m.srv.HoldFsyncs(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // pauseStores pauses the uploads of the outputs, side by side, within

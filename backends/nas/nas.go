@@ -143,6 +143,9 @@ func info(key string, st *unix.Stat_t) backends.ObjectInfo {
 		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
 		Version: version(st),
 		Mode:    st.Mode & 0o7777,
+		Owned:   true,
+		UID:     st.Uid,
+		GID:     st.Gid,
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		oi.IsDir = true

@@ -145,6 +145,7 @@ type Backend struct {
 	prefix       string // "" or ending in '/'
 	id           string
 	endpointHost string
+	hc           *http.Client // the SDK's client: its idle connections close with the backend
 	opt          Options
 	retryOpt     RetryOptions
 	log          *slog.Logger
@@ -197,9 +198,8 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if region != "" {
 		copts = append(copts, alioss.Region(region))
 	}
-	if hc := newHTTPClient(strings.HasPrefix(epURL, "https:"), opt.ConnectTimeout, rwTimeout); hc != nil {
-		copts = append(copts, alioss.HTTPClient(hc))
-	}
+	hc := newHTTPClient(strings.HasPrefix(epURL, "https:"), opt.ConnectTimeout, rwTimeout)
+	copts = append(copts, alioss.HTTPClient(hc))
 	client, err := alioss.New(epURL, "", "", copts...)
 	if err != nil {
 		return nil, fmt.Errorf("OSS endpoint %s: %w", epURL, err)
@@ -213,7 +213,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	idURI.Endpoint = host
 	b := &Backend{
 		bucket: bkt, bucketName: u.Bucket, prefix: prefix, id: idURI.String(),
-		endpointHost: host, opt: opt, retryOpt: opt.Retry, log: log, cred: cred,
+		endpointHost: host, hc: hc, opt: opt, retryOpt: opt.Retry, log: log, cred: cred,
 	}
 	b.Dirs = prefixdirs.NewDirs(prefixdirs.Namespace{Store: dirStore{b}, Prefix: prefix, PageSize: listPageSize, Truncated: errTruncated})
 	// Probe: one listing of the prefix proves bucket, endpoint and key.
@@ -224,6 +224,9 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 		_, err := b.bucket.ListObjectsV2(alioss.Prefix(prefix), alioss.MaxKeys(1), alioss.WithContext(probeCtx))
 		return err
 	})
+	if err != nil {
+		b.Close() // a refused probe left its connection idle
+	}
 	if err != nil {
 		return nil, b.probeErr(ctx, probeCtx, epURL, err)
 	}
@@ -257,9 +260,13 @@ func (b *Backend) probeErr(ctx, probeCtx context.Context, epURL string, err erro
 // ID implements backends.Backend.
 func (b *Backend) ID() string { return b.id }
 
-// Close implements backends.Backend. The SDK keeps no background work;
-// idle connections close on their own.
-func (b *Backend) Close() error { return nil }
+// Close implements backends.Backend. The SDK keeps no background work of
+// its own; the idle connections to the endpoint (a socket and two
+// goroutines each) are closed here.
+func (b *Backend) Close() error {
+	b.hc.CloseIdleConnections()
+	return nil
+}
 
 func (b *Backend) object(key string) string { return b.prefix + key }
 

@@ -27,13 +27,14 @@ const (
 // (transport_1_7.go in the SDK: the same dial and header timeouts, idle
 // connections and per-operation read/write deadlines), except that on a
 // plain-HTTP endpoint its connections set SO_RCVLOWAT for large reads
-// (lowatConn). TLS endpoints get the SDK's own client (nil): a TLS
-// connection reads records into its own buffer, whose length says nothing
-// about how many bytes are still to come.
+// (lowatConn). A TLS connection reads records into its own buffer, whose
+// length says nothing about how many bytes are still to come, so TLS
+// endpoints get the SDK's plain connections. The backend builds the client
+// itself, rather than letting the SDK do it, to close its idle connections
+// at Close: otherwise each unmounted backend kept them (and two
+// goroutines each) until IdleConnTimeout, 120 s.
 func newHTTPClient(tls bool, connectTimeout, rwTimeout time.Duration) *http.Client {
-	if tls || !lowatSupported {
-		return nil
-	}
+	lowat := !tls && lowatSupported
 	d := &net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -41,7 +42,10 @@ func newHTTPClient(tls bool, connectTimeout, rwTimeout time.Duration) *http.Clie
 			if err != nil {
 				return nil, err
 			}
-			return newDeadlineConn(newLowatConn(c), rwTimeout, 10*rwTimeout), nil
+			if lowat {
+				c = newLowatConn(c)
+			}
+			return newDeadlineConn(c, rwTimeout, 10*rwTimeout), nil
 		},
 		MaxIdleConns:          256,
 		MaxIdleConnsPerHost:   256,

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mlfsd/mlfsd/node"
 )
@@ -141,5 +142,75 @@ func TestWireCredentialsRedacted(t *testing.T) {
 	err = json.Unmarshal([]byte(`{"uri":"s3://b/p/","target":"/t","credentials":{"s3_acess_key_id":"x"}}`), &back)
 	if err == nil || !strings.Contains(err.Error(), "s3_acess_key_id") {
 		t.Errorf("misspelt credential: %v", err)
+	}
+}
+
+// rawConn dials the API socket as a client that speaks HTTP by hand.
+func rawConn(t *testing.T, sock string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestStalledClientsAreCut: a client whose body never comes, or whose
+// headers never end, does not hold its connection: the daemon answers or
+// closes it within its header and body timeouts (5 s each). The read
+// deadline of 25 s is only a hang guard (before the timeouts, a stalled
+// body held its connection for as long as the client wished, and stalled
+// headers for 30 s).
+func TestStalledClientsAreCut(t *testing.T) {
+	_, sock := startServer(t)
+	body := rawConn(t, sock)
+	if _, err := io.WriteString(body, "POST /v1/mount HTTP/1.1\r\nHost: mlfsd\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"uri\":"); err != nil {
+		t.Fatal(err)
+	}
+	header := rawConn(t, sock)
+	if _, err := io.WriteString(header, "POST /v1/mount HTTP/1.1\r\nHost: mlfsd\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]net.Conn{"stalled body": body, "stalled headers": header} {
+		c.SetReadDeadline(time.Now().Add(25 * time.Second))
+		got, err := io.ReadAll(c)
+		if err != nil {
+			t.Errorf("%s: the daemon did not close the connection: %v (read %q)", name, err, got)
+			continue
+		}
+		if c == body && (!strings.Contains(string(got), "400 Bad Request") || !strings.Contains(string(got), "not received within")) {
+			t.Errorf("%s: answer %q, want a 400 saying the body did not come", name, got)
+		}
+	}
+}
+
+// TestRelativeTargetsRefused: a target the daemon would resolve against
+// its own working directory is refused with a message saying so, for
+// mount, unmount and drain alike; nothing is mounted.
+func TestRelativeTargetsRefused(t *testing.T) {
+	c, sock := startServer(t)
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	src := t.TempDir()
+	for path, body := range map[string]string{
+		"/v1/mount":   `{"uri":"nas://` + src + `/","target":"mnt/x","read_only":true}`,
+		"/v1/unmount": `{"target":"../mnt"}`,
+		"/v1/drain":   `{"target":"mnt"}`,
+	} {
+		resp, err := hc.Post("http://mlfsd"+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(got), "relative path") || !strings.Contains(string(got), "absolute path") {
+			t.Errorf("%s with a relative target: %s %s", path, resp.Status, got)
+		}
+	}
+	ms, err := c.List(t.Context())
+	if err != nil || len(ms) != 0 {
+		t.Errorf("mounts after the refusals: %v, %v", ms, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,6 +21,19 @@ import (
 
 // maxBody bounds a request body.
 const maxBody = 1 << 20
+
+// A client that stalls must not hold a connection (and a goroutine) of the
+// daemon: its request line and headers, and then its body, must each
+// arrive within a few seconds (bodies are at most maxBody of JSON, written
+// at once by every client), and an idle keep-alive connection is closed.
+// The body is bounded in the handlers (readBody), not by
+// http.Server.ReadTimeout, whose deadline would also run out under a long
+// mount or drain and cancel its request context.
+const (
+	headerTimeout = 5 * time.Second
+	bodyTimeout   = 5 * time.Second
+	idleTimeout   = 60 * time.Second
+)
 
 // Listen makes the API's unix socket at path, mode 0600. A socket left by a
 // dead daemon is replaced; one a live daemon answers on is refused.
@@ -66,12 +80,15 @@ type Server struct {
 	// allowed reports whether a peer uid may use the API.
 	allowed func(uid int) bool
 	http    *http.Server
+	// bodyTimeout bounds the reading of a request body (bodyTimeout, but
+	// tests shorten it).
+	bodyTimeout time.Duration
 }
 
 // NewServer returns a server of n's API. Only root may use it (and the
 // daemon's own user, which is root when it can mount).
 func NewServer(n *node.Node, log *slog.Logger) *Server {
-	s := &Server{n: n, log: log}
+	s := &Server{n: n, log: log, bodyTimeout: bodyTimeout}
 	self := os.Geteuid()
 	s.allowed = func(uid int) bool { return uid == 0 || uid == self }
 	mux := http.NewServeMux()
@@ -82,7 +99,8 @@ func NewServer(n *node.Node, log *slog.Logger) *Server {
 	mux.HandleFunc("GET /v1/status", s.status)
 	s.http = &http.Server{
 		Handler:           s.checkPeer(mux),
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       idleTimeout,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, peerKey{}, peerOf(c))
 		},
@@ -165,18 +183,52 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	reply(w, code, body)
 }
 
-func decode(r *http.Request, v any) error {
+// decode reads the JSON body of r into v within s.bodyTimeout. A body that
+// does not come in time fails the request, and the connection is closed.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(s.bodyTimeout)); err != nil {
+		return fmt.Errorf("reading the request body: %w", err)
+	}
 	d := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
 	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
+	err := d.Decode(v)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return fmt.Errorf("bad request body: not received within %v", s.bodyTimeout)
+		}
 		return fmt.Errorf("bad request body: %w", err)
+	}
+	// The rest of the request (a mount, a drain) may take minutes: only
+	// the body had a deadline.
+	if err := rc.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("reading the request body: %w", err)
+	}
+	return nil
+}
+
+// checkTarget refuses a target that is not an absolute path: a relative
+// one would be resolved against the daemon's working directory, which
+// means nothing to the client (Client makes its targets absolute against
+// its own).
+func checkTarget(op, target string) error {
+	switch {
+	case target == "":
+		return fmt.Errorf("%s: a target is required", op)
+	case !filepath.IsAbs(target):
+		return fmt.Errorf("%s: target %q is a relative path; give the absolute path of the mountpoint (the daemon cannot know the client's working directory)", op, target)
 	}
 	return nil
 }
 
 func (s *Server) mount(w http.ResponseWriter, r *http.Request) {
 	var req MountRequest
-	if err := decode(r, &req); err != nil {
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := checkTarget("mount", req.Target); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -208,12 +260,12 @@ func noOwnCredentials(uri string, err error) error {
 
 func (s *Server) unmount(w http.ResponseWriter, r *http.Request) {
 	var req UnmountRequest
-	if err := decode(r, &req); err != nil {
+	if err := s.decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if req.Target == "" {
-		s.fail(w, r, errors.New("unmount: a target is required"))
+	if err := checkTarget("unmount", req.Target); err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	s.log.Info("api: unmount", "mountpoint", req.Target, "drain", !req.NoDrain)
@@ -232,7 +284,11 @@ func (s *Server) unmount(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) drain(w http.ResponseWriter, r *http.Request) {
 	var req UnmountRequest
-	if err := decode(r, &req); err != nil {
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := checkTarget("drain", req.Target); err != nil {
 		s.fail(w, r, err)
 		return
 	}
