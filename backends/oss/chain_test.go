@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -342,5 +345,46 @@ func TestRegionAndSignature(t *testing.T) {
 	t.Setenv("OSS_REGION", "eu-central-1")
 	if _, r, err := resolveSigning("gateway.example.com", false, "", ""); err != nil || r != "eu-central-1" {
 		t.Errorf("OSS_REGION: %s, %v", r, err)
+	}
+}
+
+// TestSignsV4ByDefault: the backend signs every request OSS4-HMAC-SHA256
+// with the endpoint's region unless V1 is asked for, and then signs V1.
+func TestSignsV4ByDefault(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{})
+	var mu sync.Mutex
+	seen := map[string]int{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, rest, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if scheme == "OSS4-HMAC-SHA256" {
+			// The credential scope: AK/DATE/REGION/oss/aliyun_v4_request.
+			cred := strings.Split(strings.TrimPrefix(strings.Split(rest, ",")[0], "Credential="), "/")
+			if len(cred) == 5 {
+				scheme += " " + cred[2]
+			}
+		}
+		mu.Lock()
+		seen[scheme]++
+		mu.Unlock()
+		e.srv.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	for _, c := range []struct{ version, region, want string }{
+		{"", "", "OSS4-HMAC-SHA256 " + LocalRegion},
+		{"", "ap-northeast-1", "OSS4-HMAC-SHA256 ap-northeast-1"},
+		{"v1", "", "OSS"},
+	} {
+		mu.Lock()
+		clear(seen)
+		mu.Unlock()
+		b := openURI(t, "oss://"+testBucket+"/sig/", Options{Endpoint: ts.URL, Retry: fastRetry, SignatureVersion: c.version, Region: c.region})
+		putGet(t, b, "k")
+		b.Close()
+		mu.Lock()
+		if len(seen) != 1 || seen[c.want] == 0 {
+			t.Errorf("version %q region %q: requests signed %v, want all %q", c.version, c.region, seen, c.want)
+		}
+		mu.Unlock()
 	}
 }
