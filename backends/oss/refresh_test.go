@@ -54,7 +54,7 @@ func TestCredentialsRefreshJob(t *testing.T) {
 		t.Fatalf("RRSA through the emulator's STS: %v", err)
 	}
 	u, _ := backends.ParseURI("oss://" + testBucket + "/refresh-oss/")
-	ob, err := New(ctx, u, Options{Endpoint: chainEmu.endpoint, CredentialsProvider: oidc, MultipartThreshold: 256 << 10, PartSize: 128 << 10}, nil)
+	ob, err := New(ctx, u, Options{Endpoint: chainEmu.endpoint, CredentialsProvider: oidc, MultipartThreshold: 1 << 20, PartSize: 1 << 20, Concurrency: 2}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestCredentialsRefreshJob(t *testing.T) {
 		t.Fatalf("IRSA through the emulator's STS: %v", err)
 	}
 	su, _ := backends.ParseURI("s3://" + testBucket + "/refresh-s3/?endpoint=" + chainEmu.endpoint)
-	sb, err := s3.New(ctx, su, s3.Options{CredentialsProvider: irsa}, nil)
+	sb, err := s3.New(ctx, su, s3.Options{CredentialsProvider: irsa, MultipartThreshold: 5 << 20, PartSize: 5 << 20, Concurrency: 2}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,9 +114,9 @@ func refreshJob(ctx context.Context, b backends.Backend, name string, until time
 	const workers = 2
 	// The job's pace: a training job's, not a load test's, so that the
 	// test's three minutes cost the machine little.
-	pace := rate.NewLimiter(10, 1)
+	pace := rate.NewLimiter(5, 1)
 	var mu sync.Mutex
-	written := map[string][]byte{}
+	written := map[string]int{} // key -> size
 	var g errgroup.Group
 	for w := range workers {
 		g.Go(func() error {
@@ -126,8 +126,8 @@ func refreshJob(ctx context.Context, b backends.Backend, name string, until time
 					return err
 				}
 				size := 1 + rng.IntN(64<<10)
-				if i%40 == 0 {
-					size = 6<<20 + rng.IntN(1<<20) // multipart on both stores
+				if i%30 == 0 {
+					size = 5<<20 + 1 + rng.IntN(1<<20) // multipart on both stores
 				}
 				data := make([]byte, size)
 				for j := range data {
@@ -145,7 +145,7 @@ func refreshJob(ctx context.Context, b backends.Backend, name string, until time
 					return fmt.Errorf("%s: commit %s at %v: %w", name, key, time.Now().Format(time.TimeOnly), err)
 				}
 				mu.Lock()
-				written[key] = data
+				written[key] = size
 				mu.Unlock()
 				if err := readBack(ctx, b, key, data); err != nil {
 					return fmt.Errorf("%s: %w", name, err)
@@ -179,9 +179,9 @@ func refreshJob(ctx context.Context, b backends.Backend, name string, until time
 		}
 		opt.Token = page.NextToken
 	}
-	for key, data := range written {
-		if size, ok := listed[key]; !ok || size != int64(len(data)) {
-			return fmt.Errorf("%s: %s was written (%d bytes) and is listed: %v, %d bytes", name, key, len(data), ok, size)
+	for key, want := range written {
+		if size, ok := listed[key]; !ok || size != int64(want) {
+			return fmt.Errorf("%s: %s was written (%d bytes) and is listed: %v, %d bytes", name, key, want, ok, size)
 		}
 	}
 	if len(written) < 3*workers {
