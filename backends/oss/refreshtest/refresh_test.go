@@ -1,12 +1,16 @@
-package oss
+package refreshtest
 
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -22,8 +26,34 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/oss"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/backends/s3"
 )
+
+const (
+	testBucket = "bkt"
+	// keyLifetime is the lifetime of the keys the emulator issues.
+	keyLifetime = 60 * time.Second
+)
+
+// emu is the emulator the job reaches, also at credentials-go's fixed
+// https://sts.aliyuncs.com (ossemutest.RunAsProxy).
+var emu ossemutest.Process
+
+func TestMain(m *testing.M) {
+	os.Exit(ossemutest.RunAsProxy(m, testBucket, ossemu.Options{STSDuration: keyLifetime,
+		STSRoles: []string{"acs:ram::1:role/reader", "arn:aws:iam::1:role/reader"}}, ossemu.MetadataOptions{}, &emu))
+}
+
+// jwt is an unsigned OIDC token expiring at exp, as a service account's
+// projected token looks to the emulator.
+func jwt(exp time.Time) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	claims, _ := json.Marshal(map[string]any{"iss": "https://oidc.test", "sub": "system:serviceaccount:ml:trainer", "exp": exp.Unix()})
+	return enc([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc(claims) + "." + enc([]byte("signature"))
+}
 
 // TestCredentialsRefreshJob: a job writing, reading back and listing
 // objects without pause, through an OSS backend on an OIDC role (RRSA:
@@ -33,14 +63,17 @@ import (
 // three lifetimes of the 60-second keys the emulator issues and then
 // refuses (SecurityTokenExpired, ExpiredToken), sees no error and loses no
 // object. The first key of each is refused at the end: the job outlived
-// it. It runs for 3 key lifetimes (just over 3 minutes) by design, in
-// parallel with the package's other tests.
+// it. It runs for 3 key lifetimes (just over 3 minutes) by design, in a
+// package of its own so that it runs beside others.
 func TestCredentialsRefreshJob(t *testing.T) {
 	t.Parallel()
-	tok := writeFile(t, "token", jwt(time.Now().Add(time.Hour)), 0o600)
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte(jwt(time.Now().Add(time.Hour))), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ctx := t.Context()
 	start := time.Now()
-	runFor := 3*chainSTSDuration + 5*time.Second
+	runFor := 3*keyLifetime + 5*time.Second
 
 	// OSS: RRSA.
 	oidc, err := providers.NewOIDCCredentialsProviderBuilder().WithRoleArn("acs:ram::1:role/reader").
@@ -54,21 +87,21 @@ func TestCredentialsRefreshJob(t *testing.T) {
 		t.Fatalf("RRSA through the emulator's STS: %v", err)
 	}
 	u, _ := backends.ParseURI("oss://" + testBucket + "/refresh-oss/")
-	ob, err := New(ctx, u, Options{Endpoint: chainEmu.endpoint, CredentialsProvider: oidc, MultipartThreshold: 1 << 20, PartSize: 1 << 20, Concurrency: 2}, nil)
+	ob, err := oss.New(ctx, u, oss.Options{Endpoint: emu.Endpoint, CredentialsProvider: oidc, MultipartThreshold: 1 << 20, PartSize: 1 << 20, Concurrency: 2}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ob.Close()
 
 	// S3: IRSA.
-	stsc := sts.New(sts.Options{BaseEndpoint: aws.String(chainEmu.endpoint), Region: "us-east-1"})
+	stsc := sts.New(sts.Options{BaseEndpoint: aws.String(emu.Endpoint), Region: "us-east-1"})
 	irsa := aws.NewCredentialsCache(stscreds.NewWebIdentityRoleProvider(stsc, "arn:aws:iam::1:role/reader", stscreds.IdentityTokenFile(tok)),
 		func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = 10 * time.Second })
 	firstAWS, err := irsa.Retrieve(ctx)
 	if err != nil {
 		t.Fatalf("IRSA through the emulator's STS: %v", err)
 	}
-	su, _ := backends.ParseURI("s3://" + testBucket + "/refresh-s3/?endpoint=" + chainEmu.endpoint)
+	su, _ := backends.ParseURI("s3://" + testBucket + "/refresh-s3/?endpoint=" + emu.Endpoint)
 	sb, err := s3.New(ctx, su, s3.Options{CredentialsProvider: irsa, MultipartThreshold: 5 << 20, PartSize: 5 << 20, Concurrency: 2}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -82,29 +115,30 @@ func TestCredentialsRefreshJob(t *testing.T) {
 	if err := g.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el < 3*chainSTSDuration {
+	if el := time.Since(start); el < 3*keyLifetime {
 		t.Fatalf("the job ran %v, less than 3 key lifetimes", el)
 	}
 
 	// The keys the job started with are refused now: it ran across their
 	// expiry, on renewed ones.
-	raw, err := alioss.New(chainEmu.endpoint, first.AccessKeyId, first.AccessKeySecret, alioss.SecurityToken(first.SecurityToken),
-		alioss.ForcePathStyle(true), alioss.AuthVersion(alioss.AuthV4), alioss.Region(LocalRegion))
+	raw, err := alioss.New(emu.Endpoint, first.AccessKeyId, first.AccessKeySecret, alioss.SecurityToken(first.SecurityToken),
+		alioss.ForcePathStyle(true), alioss.AuthVersion(alioss.AuthV4), alioss.Region(oss.LocalRegion))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rb, _ := raw.Bucket(testBucket)
-	if _, err := rb.ListObjectsV2(); !isExpiredToken(err) {
+	var se alioss.ServiceError
+	if _, err := rb.ListObjectsV2(); !errors.As(err, &se) || se.Code != "SecurityTokenExpired" {
 		t.Errorf("the job's first OSS key: %v, want SecurityTokenExpired", err)
 	}
-	c := awss3.New(awss3.Options{BaseEndpoint: aws.String(chainEmu.endpoint), UsePathStyle: true, Region: "us-east-1",
+	c := awss3.New(awss3.Options{BaseEndpoint: aws.String(emu.Endpoint), UsePathStyle: true, Region: "us-east-1",
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return firstAWS, nil })})
 	_, err = c.ListObjectsV2(ctx, &awss3.ListObjectsV2Input{Bucket: aws.String(testBucket)})
 	var ae smithy.APIError
 	if !errors.As(err, &ae) || ae.ErrorCode() != "ExpiredToken" {
 		t.Errorf("the job's first S3 key: %v, want ExpiredToken", err)
 	}
-	t.Logf("keys issued by the emulator's STS: %d; requests refused as expired: %d", chainEmu.srv.Stats()["sts.issued"], chainEmu.srv.Stats()["sts.expired"])
+	t.Logf("keys issued by the emulator's STS: %d; requests refused as expired: %d", emu.Server.Stats()["sts.issued"], emu.Server.Stats()["sts.expired"])
 }
 
 // refreshJob writes objects of varied sizes (some multipart), reads each
