@@ -1,15 +1,17 @@
 package oss
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,79 +21,17 @@ import (
 )
 
 // chainEmu is the emulator the credential chain tests reach through the
-// SDKs' fixed endpoints: TestMain points HTTP_PROXY and HTTPS_PROXY (read
-// once per process by net/http) at its metadata listener, and
-// SSL_CERT_FILE at its certificate authority, so that credentials-go's
-// calls to https://sts.aliyuncs.com and http://100.100.100.200 reach it.
-// Nothing else in the package is proxied: the backend's own transport
-// uses no proxy, and loopback addresses never are.
-var chainEmu struct {
-	srv      *ossemu.Server
-	endpoint string // the store and STS
-	metadata string // metadata, credentials URI, the proxy
-}
-
-// chainSTSDuration is the lifetime of the keys chainEmu issues: the
-// refresh test runs across several of them.
-const chainSTSDuration = 60 * time.Second
+// SDKs' fixed endpoints (https://sts.aliyuncs.com, http://100.100.100.200):
+// TestMain makes its metadata listener the process's proxy and its
+// authority the trusted one (ossemutest.RunAsProxy). Nothing else in the
+// package is proxied: the backend's own transport uses no proxy, and
+// loopback addresses never are.
+var chainEmu ossemutest.Process
 
 func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "oss-chain-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Mkdir(filepath.Join(dir, testBucket), 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	srv, err := ossemu.New(dir, ossemu.Options{STSDuration: chainSTSDuration,
-		STSRoles: []string{"acs:ram::1:role/reader", "arn:aws:iam::1:role/reader"}})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ca, err := srv.CACertPEM()
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, "ca.pem"), ca, 0o644)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ml, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	done := make(chan error, 2)
-	go func() { done <- srv.Serve(ctx, l) }()
-	go func() {
-		done <- srv.ServeMetadata(ctx, ml, ossemu.MetadataOptions{RoleName: "node-role", RequireToken: true})
-	}()
-	chainEmu.srv, chainEmu.endpoint, chainEmu.metadata = srv, "http://"+l.Addr().String(), "http://"+ml.Addr().String()
-	os.Setenv("SSL_CERT_FILE", filepath.Join(dir, "ca.pem"))
-	os.Setenv("HTTPS_PROXY", chainEmu.metadata)
-	os.Setenv("HTTP_PROXY", chainEmu.metadata)
-	os.Unsetenv("NO_PROXY")
-	os.Unsetenv("no_proxy")
-	code := m.Run()
-	cancel()
-	<-done
-	<-done
-	return code
+	os.Exit(ossemutest.RunAsProxy(m, testBucket, ossemu.Options{STSDuration: time.Hour,
+		STSRoles: []string{"acs:ram::1:role/reader", "arn:aws:iam::1:role/reader"}},
+		ossemu.MetadataOptions{RoleName: "node-role", RequireToken: true}, &chainEmu))
 }
 
 // isolateChain clears every variable and file the Alibaba Cloud default
@@ -139,7 +79,7 @@ func openChain(t *testing.T) (*Backend, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(t.Context(), u, Options{Endpoint: chainEmu.endpoint, Retry: fastRetry}, nil)
+	b, err := New(t.Context(), u, Options{Endpoint: chainEmu.Endpoint, Retry: fastRetry}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +92,7 @@ func openChain(t *testing.T) (*Backend, error) {
 // credentials URI) or accepts, with which the backend writes and reads an
 // object over V4 signatures; the backend names the source it used.
 func TestChainSources(t *testing.T) {
-	srv := chainEmu.srv
+	srv := chainEmu.Server
 	for _, c := range []struct {
 		name, source string
 		ecs          bool
@@ -182,8 +122,8 @@ func TestChainSources(t *testing.T) {
 			t.Setenv("ALIBABA_CLOUD_PROFILE", "ops")
 		}},
 		{"ECS RAM role, hardened", "ECS RAM role", true, func(t *testing.T) {}},
-		{"credentials URI", "credentials URI " + chainEmu.metadata + ossemu.AlibabaCredentialsURIPath, false, func(t *testing.T) {
-			t.Setenv("ALIBABA_CLOUD_CREDENTIALS_URI", chainEmu.metadata+ossemu.AlibabaCredentialsURIPath)
+		{"credentials URI", "credentials URI " + chainEmu.Metadata + ossemu.AlibabaCredentialsURIPath, false, func(t *testing.T) {
+			t.Setenv("ALIBABA_CLOUD_CREDENTIALS_URI", chainEmu.Metadata+ossemu.AlibabaCredentialsURIPath)
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -342,5 +282,46 @@ func TestRegionAndSignature(t *testing.T) {
 	t.Setenv("OSS_REGION", "eu-central-1")
 	if _, r, err := resolveSigning("gateway.example.com", false, "", ""); err != nil || r != "eu-central-1" {
 		t.Errorf("OSS_REGION: %s, %v", r, err)
+	}
+}
+
+// TestSignsV4ByDefault: the backend signs every request OSS4-HMAC-SHA256
+// with the endpoint's region unless V1 is asked for, and then signs V1.
+func TestSignsV4ByDefault(t *testing.T) {
+	setCreds(t)
+	e := startEmu(t, ossemu.Options{})
+	var mu sync.Mutex
+	seen := map[string]int{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, rest, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if scheme == "OSS4-HMAC-SHA256" {
+			// The credential scope: AK/DATE/REGION/oss/aliyun_v4_request.
+			cred := strings.Split(strings.TrimPrefix(strings.Split(rest, ",")[0], "Credential="), "/")
+			if len(cred) == 5 {
+				scheme += " " + cred[2]
+			}
+		}
+		mu.Lock()
+		seen[scheme]++
+		mu.Unlock()
+		e.srv.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	for _, c := range []struct{ version, region, want string }{
+		{"", "", "OSS4-HMAC-SHA256 " + LocalRegion},
+		{"", "ap-northeast-1", "OSS4-HMAC-SHA256 ap-northeast-1"},
+		{"v1", "", "OSS"},
+	} {
+		mu.Lock()
+		clear(seen)
+		mu.Unlock()
+		b := openURI(t, "oss://"+testBucket+"/sig/", Options{Endpoint: ts.URL, Retry: fastRetry, SignatureVersion: c.version, Region: c.region})
+		putGet(t, b, "k")
+		b.Close()
+		mu.Lock()
+		if len(seen) != 1 || seen[c.want] == 0 {
+			t.Errorf("version %q region %q: requests signed %v, want all %q", c.version, c.region, seen, c.want)
+		}
+		mu.Unlock()
 	}
 }

@@ -92,10 +92,12 @@ type CredentialsError struct {
 	Err    error
 }
 
+// Error names the source and what it answered.
 func (e *CredentialsError) Error() string {
 	return fmt.Sprintf("OSS credentials from %s: %v", e.Source, e.Err)
 }
 
+// Unwrap returns the source's own error.
 func (e *CredentialsError) Unwrap() error { return e.Err }
 
 // newCredProvider picks the source of the backend's keys, first found:

@@ -59,7 +59,8 @@ type Options struct {
 	// CredentialsProvider, when set, is asked for the keys of every
 	// request, before any other source: a credentials-go provider built
 	// for this mount alone (an OIDC role with the pod's token, say).
-	CredentialsProvider providers.CredentialsProvider
+	// Not marshalled: a provider is code, not configuration.
+	CredentialsProvider providers.CredentialsProvider `json:"-"`
 	// MultipartThreshold: writes larger than this use a multipart upload
 	// (default 16 MiB); smaller ones are one PUT.
 	MultipartThreshold int64

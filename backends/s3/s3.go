@@ -64,7 +64,8 @@ type Options struct {
 	CredentialsFile string
 	// CredentialsProvider, when set, signs every request instead of the
 	// default chain (a node daemon mounting with its client's keys).
-	CredentialsProvider aws.CredentialsProvider
+	// Not marshalled: a provider is code, not configuration.
+	CredentialsProvider aws.CredentialsProvider `json:"-"`
 	// loadOptions, in tests, add to the default chain's configuration.
 	loadOptions []func(*config.LoadOptions) error
 	// MultipartThreshold: writes larger than this use a multipart upload

@@ -117,6 +117,9 @@ to --ca-cert-out for SSL_CERT_FILE.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if mdListen != "" {
+				if mdRole == "" {
+					mdRole = ossemu.DefaultRoleName
+				}
 				mopt := ossemu.MetadataOptions{RoleName: mdRole, RequireToken: mdToken}
 				if ctTokenFile != "" {
 					b, err := os.ReadFile(ctTokenFile)
@@ -173,7 +176,7 @@ to --ca-cert-out for SSL_CERT_FILE.`,
 	f.DurationVar(&stsDuration, "sts-duration", ossemu.DefaultSTSDuration, "lifetime of the keys STS and the metadata endpoints issue, e.g. 60s")
 	f.StringSliceVar(&stsRoles, "sts-role", nil, "role ARN STS lets be assumed (repeatable; default any well-formed ARN)")
 	f.StringVar(&mdListen, "metadata-listen", "", "address of the metadata endpoints and proxy (default off)")
-	f.StringVar(&mdRole, "metadata-role", "", "the instance's role name (default mlfsd-emulator-role)")
+	f.StringVar(&mdRole, "metadata-role", "", "the instance's role name (default "+ossemu.DefaultRoleName+")")
 	f.BoolVar(&mdToken, "metadata-require-token", false, "refuse metadata reads without a session token (ECS hardened mode, IMDSv2 only)")
 	f.StringVar(&ctTokenFile, "container-auth-token-file", "", "file holding the Authorization token container credentials demand")
 	f.StringVar(&caOut, "ca-cert-out", "", "write the emulator's TLS authority certificate (PEM) here")

@@ -39,7 +39,7 @@ const (
 // MetadataOptions configures the metadata listener (Server.ServeMetadata).
 type MetadataOptions struct {
 	// RoleName is the instance's RAM role (ECS) and IAM role (EC2): what
-	// .../security-credentials/ lists. "mlfsd-emulator-role" when empty.
+	// .../security-credentials/ lists. DefaultRoleName when empty.
 	RoleName string
 	// RequireToken refuses metadata reads without a session token from PUT
 	// /latest/api/token: ECS's hardened mode and EC2's IMDSv2-only mode.
@@ -52,6 +52,9 @@ type MetadataOptions struct {
 	// (GetRoleCredentials) demands; otherwise any non-empty one passes.
 	SSOAccessToken string
 }
+
+// DefaultRoleName is the instance's role when MetadataOptions names none.
+const DefaultRoleName = "mlfsd-emulator-role"
 
 // metadata is the state of the metadata listener.
 type metadata struct {
@@ -73,7 +76,7 @@ type metadata struct {
 // endpoint is fixed.
 func (s *Server) MetadataHandler(opt MetadataOptions) http.Handler {
 	if opt.RoleName == "" {
-		opt.RoleName = "mlfsd-emulator-role"
+		opt.RoleName = DefaultRoleName
 	}
 	return &metadata{s: s, opt: opt, tokens: map[string]time.Time{}}
 }

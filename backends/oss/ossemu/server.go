@@ -346,7 +346,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Server", "ossemu")
 	s.count("requests")
 
-	if isSTS(r) {
+	if isSTS(r) && s.hostBucket(r.Host) == "" {
 		s.serveSTS(w, r, rc.id)
 		return
 	}

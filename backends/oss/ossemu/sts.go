@@ -136,7 +136,8 @@ func randHex(n int) string {
 
 // isSTS tells an STS call (an RPC-style Action, in the query as Alibaba
 // Cloud's SDKs send it or in a form body as AWS's do) from an OSS/S3
-// request to the service root.
+// request to the service root (a request to a virtual-hosted bucket's
+// root is never one: the caller checks).
 func isSTS(r *http.Request) bool {
 	if r.URL.Path != "/" && r.URL.Path != "" {
 		return false

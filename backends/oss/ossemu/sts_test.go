@@ -166,3 +166,56 @@ func TestSTSOIDC(t *testing.T) {
 		}
 	}
 }
+
+// TestMetadataHardenedMode: with RequireToken the instance metadata
+// answers only a request carrying a session token from PUT
+// /latest/api/token (401 otherwise, as ECS's hardened mode and IMDSv2
+// do), and the key it hands out works on the store.
+func TestMetadataHardenedMode(t *testing.T) {
+	srv, ep, _ := ossemutest.StartBucket(t, bucketName, ossemu.Options{})
+	md := ossemutest.StartMetadata(t, srv, ossemu.MetadataOptions{RoleName: "r", RequireToken: true})
+	get := func(path, tok string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, md+path, nil)
+		if tok != "" {
+			req.Header.Set("X-aliyun-ecs-metadata-token", tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if st, _ := get("/latest/meta-data/ram/security-credentials/", ""); st != http.StatusUnauthorized {
+		t.Fatalf("without a token: %d, want 401", st)
+	}
+	if st, _ := get("/latest/meta-data/ram/security-credentials/", "made-up"); st != http.StatusUnauthorized {
+		t.Fatalf("with a made-up token: %d, want 401", st)
+	}
+	req, _ := http.NewRequest(http.MethodPut, md+"/latest/api/token", nil)
+	req.Header.Set("X-aliyun-ecs-metadata-token-ttl-seconds", "60")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if st, role := get("/latest/meta-data/ram/security-credentials/", string(tok)); st != http.StatusOK || role != "r" {
+		t.Fatalf("with the token: %d %q", st, role)
+	}
+	st, body := get("/latest/meta-data/ram/security-credentials/r", string(tok))
+	var cr map[string]string
+	if st != http.StatusOK || json.Unmarshal([]byte(body), &cr) != nil || cr["Code"] != "Success" {
+		t.Fatalf("role credentials: %d %s", st, body)
+	}
+	c, err := alioss.New(ep, cr["AccessKeyId"], cr["AccessKeySecret"], alioss.SecurityToken(cr["SecurityToken"]), alioss.ForcePathStyle(true),
+		alioss.AuthVersion(alioss.AuthV4), alioss.Region("cn-hangzhou"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := c.Bucket(bucketName)
+	if _, err := b.ListObjectsV2(); err != nil {
+		t.Fatalf("listing with the instance role's key: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package ossemutest
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -79,4 +80,74 @@ func StartMetadata(t testing.TB, srv *ossemu.Server, opt ossemu.MetadataOptions)
 		}
 	})
 	return "http://" + l.Addr().String()
+}
+
+// Process is an emulator that serves a whole test binary, reachable at the
+// addresses the SDKs fix: see RunAsProxy.
+type Process struct {
+	Server   *ossemu.Server
+	Endpoint string // the store and STS: "http://127.0.0.1:PORT"
+	Metadata string // metadata, credentials URI, proxy: "http://127.0.0.1:PORT"
+}
+
+// RunAsProxy serves, for the whole of m.Run, an emulator over a fresh root
+// holding bucket, with its metadata listener (mopt) made the process's
+// HTTP_PROXY and HTTPS_PROXY and its TLS authority the process's
+// SSL_CERT_FILE: credentials-go's calls to https://sts.aliyuncs.com and
+// http://100.100.100.200, fixed in that library, then reach it. net/http
+// reads the proxy variables once per process, hence a TestMain helper:
+// call it as os.Exit(ossemutest.RunAsProxy(m, bucket, opt, mopt, &p)).
+// Loopback addresses are never proxied, so the test's other emulators are
+// reached directly. p is set before m.Run.
+func RunAsProxy(m *testing.M, bucket string, opt ossemu.Options, mopt ossemu.MetadataOptions, p *Process) int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "ossemutest:", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "ossemu-proxy-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Mkdir(filepath.Join(dir, bucket), 0o755); err != nil {
+		return fail(err)
+	}
+	srv, err := ossemu.New(dir, opt)
+	if err != nil {
+		return fail(err)
+	}
+	ca, err := srv.CACertPEM()
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "ca.pem"), ca, 0o644)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail(err)
+	}
+	ml, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		l.Close()
+		return fail(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- srv.Serve(ctx, l) }()
+	go func() { done <- srv.ServeMetadata(ctx, ml, mopt) }()
+	*p = Process{Server: srv, Endpoint: "http://" + l.Addr().String(), Metadata: "http://" + ml.Addr().String()}
+	os.Setenv("SSL_CERT_FILE", filepath.Join(dir, "ca.pem"))
+	os.Setenv("HTTPS_PROXY", p.Metadata)
+	os.Setenv("HTTP_PROXY", p.Metadata)
+	os.Unsetenv("NO_PROXY")
+	os.Unsetenv("no_proxy")
+	code := m.Run()
+	cancel()
+	for range 2 {
+		if err := <-done; err != nil && code == 0 {
+			code = fail(err)
+		}
+	}
+	return code
 }
