@@ -247,10 +247,14 @@ func mountAsNobody(t *testing.T) (msg, cause string) {
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), helperEnv+"=mount-not-root", "MLFSD_API_TEST_DIR="+dir, "HOME="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
+	// Only stdout carries the messages: fusermount3, when installed, says
+	// why it refused on the helper's stderr.
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
 	if err != nil || len(lines) != 2 {
-		t.Fatalf("mount as uid 65534: %v\n%s", err, out)
+		t.Fatalf("mount as uid 65534: %v\n%s\nstderr:\n%s", err, out, stderr.String())
 	}
 	return strings.ReplaceAll(lines[0], dir, "DIR"), strings.ReplaceAll(lines[1], dir, "DIR")
 }
