@@ -335,7 +335,7 @@ type NeedRootError struct{ Err error }
 // Error says what is needed before the cause (often only "fusermount
 // exited with code 256").
 func (e *NeedRootError) Error() string {
-	return fmt.Sprintf("FUSE mounts need root: run mlfsd as root (e.g. with sudo), or as a user that fusermount3 may mount for (package fuse3 installed, /dev/fuse readable and writable by you); as uid %d: %v", os.Geteuid(), e.Err)
+	return fmt.Sprintf("FUSE mounts need root: run mlfsd as root (e.g. with sudo), or as a user that fusermount3 may mount for (package fuse3 installed, /dev/fuse readable and writable by you); as uid %d: %s", os.Geteuid(), strings.TrimSpace(e.Err.Error()))
 }
 
 // Unwrap returns the fallback's error.

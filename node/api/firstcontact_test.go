@@ -69,7 +69,7 @@ func mountNotRoot(dir string) int {
 		fmt.Printf("%v\n(no NeedRootError)\n", err)
 		return 1
 	}
-	fmt.Printf("%s\n%s\n", err, nr.Err)
+	fmt.Printf("%s\n%s\n", err, strings.TrimSpace(nr.Err.Error()))
 	return 0
 }
 
