@@ -14,11 +14,13 @@ import (
 	"github.com/mlfsd/mlfsd/csidriver"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
+	"github.com/mlfsd/mlfsd/node/nasroots"
 )
 
 func newCSICmd(a *app) *cobra.Command {
-	var endpoint, nodeID, daemon, name string
+	var endpoint, nodeID, daemon, name, kubeletRoot, keyFile string
 	var drainTimeout time.Duration
+	var nasRoots, ephemeral []string
 	c := &cobra.Command{
 		Use:   "csi --endpoint unix:///csi/csi.sock --node-id NAME [--daemon SOCKET]",
 		Short: "Serve the CSI plugin (Identity, Node and Controller services) for Kubernetes",
@@ -31,16 +33,33 @@ the mounts (one shared cache for every pod of the node); otherwise they are
 served by this process. CreateVolume and DeleteVolume give each dynamically
 provisioned volume its own prefix under a StorageClass's uri.
 
+What pods may name is the administrator's: nas:// uris only under a
+--nas-root (none by default); inline ephemeral volumes only the
+--ephemeral-attributes (uri and mode by default; never shared-cache);
+targets only under --kubelet-root. DeleteVolume removes data only under
+an ID signed with --controller-key-file (the same key on every controller
+replica); without it, onDelete: delete is refused.
+
 See deploy/kubernetes/ for the manifests.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			policy, err := nasroots.Parse(nasRoots)
+			if err != nil {
+				return fmt.Errorf("--nas-root: %w", err)
+			}
+			var key []byte
+			if keyFile != "" {
+				if key, err = csidriver.ReadControllerKey(keyFile); err != nil {
+					return fmt.Errorf("--controller-key-file: %w", err)
+				}
+			}
 			var m csidriver.Mounter
 			if daemon != "" {
 				m = daemonMounter{api.NewClient(daemon)}
 			} else {
-				n, err := node.New(ctx, node.Options{Settings: a.settings, Log: a.log, Progress: a.stderr})
+				n, err := node.New(ctx, node.Options{Settings: a.settings, Log: a.log, Progress: a.stderr, NASRoots: &policy})
 				if err != nil {
 					return err
 				}
@@ -58,6 +77,7 @@ See deploy/kubernetes/ for the manifests.`,
 			d, err := csidriver.New(csidriver.Options{
 				Name: name, Version: version, NodeID: nodeID, Mounter: m,
 				Settings: a.settings, DrainTimeout: drainTimeout, Log: a.log,
+				NASRoots: policy, EphemeralAttributes: ephemeral, KubeletRoot: kubeletRoot, ControllerKey: key,
 			})
 			if err != nil {
 				return err
@@ -77,6 +97,11 @@ See deploy/kubernetes/ for the manifests.`,
 	f.StringVar(&name, "driver-name", csidriver.DefaultName, "CSI driver name")
 	f.DurationVar(&drainTimeout, "unpublish-drain-timeout", 10*time.Minute,
 		"how long NodeUnpublishVolume waits for an output's uploads before unmounting anyway (the rest stays journaled)")
+	addNASRootFlag(f, &nasRoots)
+	f.StringSliceVar(&ephemeral, "ephemeral-attributes", csidriver.DefaultEphemeralAttributes,
+		"the only volume attributes an inline ephemeral volume (which anyone who may create a pod writes) may set: uri, mode and mount options such as upload-concurrency; never shared-cache")
+	f.StringVar(&kubeletRoot, "kubelet-root", csidriver.DefaultKubeletRoot, "the kubelet's root directory: publish and unpublish targets must lie under it")
+	f.StringVar(&keyFile, "controller-key-file", "", "file holding the controller's key (a Secret's key, at least 16 bytes) that signs provisioned volume IDs; needed for onDelete: delete")
 	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
 	c.MarkFlagRequired("node-id")
 	return c
