@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlfsd/mlfsd/node"
+	"github.com/mlfsd/mlfsd/node/nasroots"
 )
 
 // maxBody bounds a request body.
@@ -154,6 +155,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, node.ErrTargetBusy):
 		code = http.StatusConflict
+	case errors.Is(err, nasroots.ErrNotAllowed):
+		code = http.StatusForbidden
 	case errors.Is(err, node.ErrClosed):
 		code = http.StatusServiceUnavailable
 	case errors.Is(err, context.Canceled):

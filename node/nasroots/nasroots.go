@@ -113,7 +113,7 @@ func (p Policy) Check(u backends.URI, write bool) (backends.URI, error) {
 			continue
 		}
 		if write && !r.Write {
-			return u, fmt.Errorf("%s: %w for outputs: %s is allowed read-only (an administrator allows writes with %s:rw)", u, ErrNotAllowed, r.Path, r.Path)
+			return u, fmt.Errorf("%s: %w for outputs: %s is allowed read-only (an administrator allows writes with --nas-root %s:rw)", u, ErrNotAllowed, r.Path, r.Path)
 		}
 		out := u
 		out.Path = res
