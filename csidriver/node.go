@@ -170,7 +170,7 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 			if uerr := unix.Unmount(target, unix.MNT_DETACH); uerr != nil {
 				return nil, status.Errorf(codes.Internal, "volume %s: detach stale mount %s: %v", req.GetVolumeId(), target, uerr)
 			}
-			s.d.log.Warn("detached a stale mount", "volume", req.GetVolumeId(), "target", target)
+			s.d.log.Warn("detached a stale mount", "volume", redactString(req.GetVolumeId()), "target", target)
 		}
 	default:
 		if mounted, merr := isMountpoint(target); merr != nil || mounted {
@@ -189,12 +189,12 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	}
 	if drainErr != nil {
 		s.d.log.Warn("unpublished before every closed file was uploaded; the rest stays journaled in the staging dir and is uploaded at the next mount of this channel",
-			"volume", req.GetVolumeId(), "target", target, "drain_timeout", s.d.opt.DrainTimeout, "err", drainErr)
+			"volume", redactString(req.GetVolumeId()), "target", target, "drain_timeout", s.d.opt.DrainTimeout, "err", drainErr)
 		return nil, status.Errorf(codes.DeadlineExceeded,
 			"volume %s: unmounted %s, but the upload drain did not finish within %s (%v); what is left stays journaled in the staging dir and is uploaded at the next mount of this channel",
 			req.GetVolumeId(), target, s.d.opt.DrainTimeout, drainErr)
 	}
-	s.d.log.Info("unpublished", "volume", req.GetVolumeId(), "target", target)
+	s.d.log.Info("unpublished", "volume", redactString(req.GetVolumeId()), "target", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
