@@ -519,7 +519,8 @@ func TestRunThroughDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := startNodeDaemon(t, t.TempDir())
+	// The quickstart's code and data are read-only roots of the daemon.
+	d := startNodeDaemon(t, t.TempDir(), "--nas-root", filepath.Dir(spec)+":ro")
 	code, stdout, stderr := d.client(t, "run", "--daemon", d.socket, "--spec", spec, "--root", root, "--output-path", "nas://"+store+"/")
 	if code != 0 {
 		t.Fatalf("mlfsd run --daemon: exit %d\nstdout:\n%s\nstderr:\n%s\ndaemon:\n%s", code, stdout, stderr, d.stderr)
