@@ -534,3 +534,10 @@ func (u URI) String() string {
 	}
 	return s
 }
+
+// RedactURI hides what may be a credential in a URI-like string s: its
+// userinfo and the values of query parameters named like a key, secret,
+// token or password. Callers that log text a user wrote (a CSI volume's
+// attributes) pass every URI in it through here; a URI ParseURI accepted
+// holds no such thing.
+func RedactURI(s string) string { return redact(s) }

@@ -81,6 +81,14 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: StorageClass parameter %q: %q is neither %q nor %q", name, ParamOnDelete, policy, policyRetain, policyDelete)
 	}
+	if policy == policyDelete && c.d.opt.ControllerKey == nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: StorageClass parameter %s: %s needs the controller's key (--controller-key-file), which proves at DeleteVolume that this controller made the volume", name, ParamOnDelete, policyDelete)
+	}
+	// The controller creates the prefix and, with onDelete: delete, will
+	// remove it: a nas:// base must be a read-write root.
+	if base.uri, err = c.d.opt.NASRoots.Check(base.uri, true); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: StorageClass parameter %q: %v", name, AttrURI, err)
+	}
 	vu := base.uri.Join(name)
 
 	set, err := c.d.opt.Settings.WithMountOptions(base.options)
@@ -106,7 +114,7 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	vctx[AttrURI] = vu.String()
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
-		VolumeId:      volumeID(policy, vu),
+		VolumeId:      volumeID(c.d.opt.ControllerKey, policy, vu),
 		CapacityBytes: 0,
 		VolumeContext: vctx,
 	}}, nil
@@ -114,16 +122,28 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 
 // DeleteVolume keeps the data of a volume provisioned with onDelete: retain
 // (the default) and removes everything under the prefix of one provisioned
-// with onDelete: delete. IDs this driver did not make succeed (there is
+// with onDelete: delete, when its ID carries this controller's MAC. IDs
+// this controller did not sign succeed without deleting anything (there is
 // nothing of ours to delete), as does a prefix already gone.
 func (c *controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
 	}
-	policy, vu, ok := parseVolumeID(id)
-	if !ok || policy == policyRetain {
+	p, ok := parseVolumeID(id)
+	if !ok || p.policy == policyRetain {
 		return &csi.DeleteVolumeResponse{}, nil
+	}
+	if !p.signedBy(c.d.opt.ControllerKey) {
+		// Not made by this controller (or under another key): whoever
+		// wrote the ID chose the prefix. Keep the data, and say so.
+		c.d.log.Warn("not deleting the data of a volume whose ID this controller did not sign (--controller-key-file); the data stays in the store",
+			"volume", redactString(id))
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	vu, err := c.d.opt.NASRoots.Check(p.uri, true)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s: %v", id, err)
 	}
 	trimmed := strings.TrimSuffix(vu.Path, "/")
 	if trimmed == "" {
@@ -193,7 +213,7 @@ func (c *controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if len(req.GetVolumeCapabilities()) == 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: volume_capabilities are required", id)
 	}
-	if _, _, ok := parseVolumeID(id); !ok {
+	if _, ok := parseVolumeID(id); !ok {
 		return nil, status.Errorf(codes.NotFound, "volume %s: not a volume provisioned by %s", id, c.d.opt.Name)
 	}
 	for _, vc := range req.GetVolumeCapabilities() {

@@ -21,13 +21,13 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/kubernetes-csi/csi-lib-utils/protosanitizer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/mlfsd/mlfsd/node"
+	"github.com/mlfsd/mlfsd/node/nasroots"
 )
 
 // DefaultName is the driver name registered with Kubernetes (CSIDriver
@@ -68,15 +68,40 @@ type Options struct {
 	// (defaults DefaultOSSAudience, DefaultS3Audience); the CSIDriver
 	// object's tokenRequests must ask for them.
 	OSSAudience, S3Audience string
-	// Log receives one line per call (requests with secrets stripped).
+	// Log receives one line per call (requests redacted: see redact.go).
 	Log *slog.Logger
+
+	// NASRoots are the host directories a volume's nas:// uri may name
+	// (the plugin's --nas-root); the zero policy allows none.
+	NASRoots nasroots.Policy
+	// EphemeralAttributes are the only attributes an inline ephemeral
+	// volume (written by whoever may create a pod) may set, besides the
+	// keys kubelet adds itself (default: uri and mode). Shared cache
+	// attributes can never be among them.
+	EphemeralAttributes []string
+	// KubeletRoot is the directory publish targets must lie under
+	// (default DefaultKubeletRoot).
+	KubeletRoot string
+	// ControllerKey signs the IDs of the volumes CreateVolume makes, so
+	// that DeleteVolume removes data only under an ID this controller
+	// issued. Without it, CreateVolume refuses onDelete: delete.
+	ControllerKey []byte
 }
 
 // Driver is the CSI plugin.
 type Driver struct {
-	opt Options
-	log *slog.Logger
+	opt         Options
+	log         *slog.Logger
+	kubeletRoot string          // resolved
+	ephemeral   map[string]bool // attribute keys an inline volume may set
 }
+
+// DefaultEphemeralAttributes are the attributes an inline ephemeral
+// volume may set unless the administrator lists others.
+var DefaultEphemeralAttributes = []string{AttrURI, AttrMode}
+
+// minControllerKey is the shortest controller key accepted.
+const minControllerKey = 16
 
 // New checks opt and returns a driver.
 func New(opt Options) (*Driver, error) {
@@ -104,7 +129,51 @@ func New(opt Options) (*Driver, error) {
 	if opt.Version == "" {
 		opt.Version = "dev"
 	}
-	return &Driver{opt: opt, log: opt.Log}, nil
+	if opt.KubeletRoot == "" {
+		opt.KubeletRoot = DefaultKubeletRoot
+	}
+	if !filepath.IsAbs(opt.KubeletRoot) || filepath.Clean(opt.KubeletRoot) == "/" {
+		return nil, fmt.Errorf("csi: --kubelet-root %q: want an absolute directory other than /", opt.KubeletRoot)
+	}
+	root, err := nasroots.Resolve(opt.KubeletRoot)
+	if err != nil {
+		return nil, fmt.Errorf("csi: --kubelet-root: %w", err)
+	}
+	if opt.EphemeralAttributes == nil {
+		opt.EphemeralAttributes = DefaultEphemeralAttributes
+	}
+	eph := map[string]bool{}
+	for _, k := range opt.EphemeralAttributes {
+		switch k {
+		case AttrURI, AttrMode:
+		case AttrSharedCache, AttrSharedCacheSize:
+			return nil, fmt.Errorf("csi: --ephemeral-attributes: %q is an administrator's setting (the daemon's --%s), never a pod's", k, k)
+		default:
+			if _, err := mountOption(k); err != nil {
+				return nil, fmt.Errorf("csi: --ephemeral-attributes: %v", err)
+			}
+		}
+		eph[k] = true
+	}
+	if opt.ControllerKey != nil && len(opt.ControllerKey) < minControllerKey {
+		return nil, fmt.Errorf("csi: the controller key has %d bytes; want at least %d (e.g. head -c 32 /dev/urandom | base64)", len(opt.ControllerKey), minControllerKey)
+	}
+	return &Driver{opt: opt, log: opt.Log, kubeletRoot: root, ephemeral: eph}, nil
+}
+
+// ReadControllerKey reads a controller key file (a Kubernetes Secret's
+// key, mounted): its content, surrounding white space trimmed. Errors
+// name the file, never its content.
+func ReadControllerKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("controller key: %w", err)
+	}
+	k := []byte(strings.TrimSpace(string(b)))
+	if len(k) < minControllerKey {
+		return nil, fmt.Errorf("controller key %s: %d bytes; want at least %d (e.g. head -c 32 /dev/urandom | base64)", path, len(k), minControllerKey)
+	}
+	return k, nil
 }
 
 // Listen opens the endpoint: unix:///path/to/csi.sock (a stale socket file
@@ -167,13 +236,18 @@ func (d *Driver) Serve(ctx context.Context, l net.Listener) error {
 	return err
 }
 
-// logCalls logs every call once, with its request, secrets stripped:
-// every field the CSI spec marks csi_secret (the secrets maps) is replaced
-// by "***stripped***" before formatting, so that publish secrets never
-// reach a log. The frequent read-only calls log at debug level.
+// logCalls logs every call once, with its request redacted (redactRequest:
+// secrets stripped, unknown attributes hidden, the credentials of any URI
+// hidden), and redacts the error it answers with the same way, since the
+// kubelet logs errors and puts them in pod events. The frequent read-only
+// calls log at debug level.
 func (d *Driver) logCalls(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	method := info.FullMethod[strings.LastIndex(info.FullMethod, "/")+1:]
 	resp, err := h(ctx, req)
+	if err != nil {
+		st := status.Convert(err)
+		err = status.Error(st.Code(), redactString(st.Message()))
+	}
 	lv := slog.LevelInfo
 	switch method {
 	case "Probe", "GetPluginInfo", "GetPluginCapabilities", "NodeGetCapabilities", "NodeGetInfo", "ControllerGetCapabilities":
@@ -191,9 +265,9 @@ func (d *Driver) logCalls(ctx context.Context, req any, info *grpc.UnaryServerIn
 	}
 	req = stripTokens(req)
 	if err != nil {
-		d.log.Log(ctx, lv, "csi call failed", "method", method, "request", protosanitizer.StripSecrets(req).String(), "err", err)
+		d.log.Log(ctx, lv, "csi call failed", "method", method, "request", redactRequest(req), "err", err)
 	} else {
-		d.log.Log(ctx, lv, "csi call", "method", method, "request", protosanitizer.StripSecrets(req).String())
+		d.log.Log(ctx, lv, "csi call", "method", method, "request", redactRequest(req))
 	}
 	return resp, err
 }

@@ -87,7 +87,9 @@ func startPluginOn(t *testing.T, opt node.Options, logs *syncBuffer) (csi.NodeCl
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Options{NodeID: "n1", Mounter: n, Settings: opt.Settings, Log: log, DrainTimeout: time.Minute})
+	// Targets are the tests' temporary directories: the kubelet root is
+	// where those are made.
+	d, err := New(Options{NodeID: "n1", Mounter: n, Settings: opt.Settings, Log: log, DrainTimeout: time.Minute, KubeletRoot: os.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,14 +3,17 @@ package csidriver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
-	"path/filepath"
+	"sort"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/fs/mountinfo"
 	"github.com/mlfsd/mlfsd/node"
 )
@@ -74,19 +77,39 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
 	}
-	target := req.GetTargetPath()
-	if target == "" {
-		return nil, status.Error(codes.InvalidArgument, "target_path is required")
+	target, err := s.d.checkTarget(req.GetTargetPath())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if !filepath.IsAbs(target) {
-		return nil, status.Errorf(codes.InvalidArgument, "target_path %q: must be absolute", target)
+	if fi, err := os.Lstat(target); err == nil && !fi.IsDir() {
+		return nil, status.Errorf(codes.InvalidArgument, "target_path %q: exists and is not a directory", target)
 	}
 	if err := checkCapability(req.GetVolumeCapability()); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	spec, err := parseAttributes(req.GetVolumeContext())
+	attrs := req.GetVolumeContext()
+	if attrs[ephemeralKey] == "true" {
+		if err := s.d.checkEphemeral(attrs); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", req.GetVolumeId(), err)
+		}
+	}
+	spec, err := parseAttributes(attrs)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", req.GetVolumeId(), err)
+	}
+	readOnly := !spec.output || req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
+	if spec.uri, err = s.d.opt.NASRoots.Check(spec.uri, !readOnly); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: volume attribute %q: %v", req.GetVolumeId(), AttrURI, err)
+	}
+	if tier := spec.options[AttrSharedCache]; tier != "" {
+		tu, err := backends.ParseURI(tier)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "volume %s: volume attribute %q: %v", req.GetVolumeId(), AttrSharedCache, err)
+		}
+		if tu, err = s.d.opt.NASRoots.Check(tu, true); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "volume %s: volume attribute %q: %v", req.GetVolumeId(), AttrSharedCache, err)
+		}
+		spec.options[AttrSharedCache] = tu.String()
 	}
 	creds, err := credentials(req.GetSecrets())
 	if err != nil {
@@ -101,8 +124,8 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 	mreq := node.MountRequest{
 		URI:         spec.uri.String(),
-		Target:      filepath.Clean(target),
-		ReadOnly:    !spec.output || req.GetReadonly() || readOnlyMode(req.GetVolumeCapability()),
+		Target:      target,
+		ReadOnly:    readOnly,
 		Options:     spec.options,
 		Credentials: creds,
 	}
@@ -127,7 +150,7 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		}
 		return nil, status.Errorf(codes.Internal, "volume %s: mount %s at %s: %v", req.GetVolumeId(), mreq.URI, mreq.Target, err)
 	}
-	s.d.log.Info("published", "volume", req.GetVolumeId(), "uri", mreq.URI, "target", mreq.Target,
+	s.d.log.Info("published", "volume", redactString(req.GetVolumeId()), "uri", mreq.URI, "target", mreq.Target,
 		"read_only", mreq.ReadOnly, "credentials", creds)
 	return &csi.NodePublishVolumeResponse{}, nil
 }
@@ -140,27 +163,32 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
 	}
-	target := req.GetTargetPath()
-	if target == "" {
-		return nil, status.Error(codes.InvalidArgument, "target_path is required")
+	target, err := s.d.checkTarget(req.GetTargetPath())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	target = filepath.Clean(target)
 	dctx, cancel := context.WithTimeout(ctx, s.d.opt.DrainTimeout)
 	defer cancel()
-	err := s.d.opt.Mounter.Unmount(dctx, target)
+	err = s.d.opt.Mounter.Unmount(dctx, target)
 	var drainErr error
 	switch {
 	case err == nil:
 	case errors.Is(err, node.ErrNotMounted):
 		// Not ours (any more). A mount the mounter lost track of (the
 		// plugin restarted in-process) is stale: detach it.
-		if mounted, merr := isMountpoint(target); merr != nil {
+		// Only an mlfsd mount is detached: anything else mounted there
+		// is not the plugin's to remove.
+		mi, mounted, merr := mountinfo.Lookup(target)
+		switch {
+		case merr != nil:
 			return nil, status.Errorf(codes.Internal, "volume %s: %v", req.GetVolumeId(), merr)
-		} else if mounted {
+		case mounted && mi.FSType != mlfsdFSType:
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s: %s holds a %s mount, not an mlfsd one; left alone", req.GetVolumeId(), target, mi.FSType)
+		case mounted:
 			if uerr := unix.Unmount(target, unix.MNT_DETACH); uerr != nil {
 				return nil, status.Errorf(codes.Internal, "volume %s: detach stale mount %s: %v", req.GetVolumeId(), target, uerr)
 			}
-			s.d.log.Warn("detached a stale mount", "volume", req.GetVolumeId(), "target", target)
+			s.d.log.Warn("detached a stale mount", "volume", redactString(req.GetVolumeId()), "target", target)
 		}
 	default:
 		if mounted, merr := isMountpoint(target); merr != nil || mounted {
@@ -169,18 +197,44 @@ func (s *nodeServer) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpub
 		// Unmounted, but the drain did not finish: report it once.
 		drainErr = err
 	}
+	// The target is the directory kubelet named (or the plugin made) for
+	// the mount: only that goes, and only empty.
+	if fi, err := os.Lstat(target); err == nil && !fi.IsDir() {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s: target %s is not a directory; not removing it", req.GetVolumeId(), target)
+	}
 	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, status.Errorf(codes.Internal, "volume %s: remove target %s: %v", req.GetVolumeId(), target, err)
 	}
 	if drainErr != nil {
 		s.d.log.Warn("unpublished before every closed file was uploaded; the rest stays journaled in the staging dir and is uploaded at the next mount of this channel",
-			"volume", req.GetVolumeId(), "target", target, "drain_timeout", s.d.opt.DrainTimeout, "err", drainErr)
+			"volume", redactString(req.GetVolumeId()), "target", target, "drain_timeout", s.d.opt.DrainTimeout, "err", drainErr)
 		return nil, status.Errorf(codes.DeadlineExceeded,
 			"volume %s: unmounted %s, but the upload drain did not finish within %s (%v); what is left stays journaled in the staging dir and is uploaded at the next mount of this channel",
 			req.GetVolumeId(), target, s.d.opt.DrainTimeout, drainErr)
 	}
-	s.d.log.Info("unpublished", "volume", req.GetVolumeId(), "target", target)
+	s.d.log.Info("unpublished", "volume", redactString(req.GetVolumeId()), "target", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// mlfsdFSType is the type of mlfsd's FUSE mounts in the mount table.
+const mlfsdFSType = "fuse.mlfsd"
+
+// checkEphemeral refuses an inline ephemeral volume's attribute the
+// administrator did not allow (Options.EphemeralAttributes): whoever may
+// create a pod writes these.
+func (d *Driver) checkEphemeral(attrs map[string]string) error {
+	keys := make([]string, 0, len(attrs))
+	for k := range attrs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if strings.HasPrefix(k, k8sPrefix) || d.ephemeral[k] {
+			continue
+		}
+		return fmt.Errorf("volume attribute %q: not allowed in an inline ephemeral volume (allowed: %s; an administrator sets the list with --ephemeral-attributes, or uses a PersistentVolume)", k, strings.Join(d.opt.EphemeralAttributes, ", "))
+	}
+	return nil
 }
 
 // isMountpoint reports whether path is a mountpoint in this mount

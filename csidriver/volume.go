@@ -1,6 +1,9 @@
 package csidriver
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -155,17 +158,10 @@ func validateOptions(opts map[string]string) error {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	known := map[string]node.Option{}
-	for _, o := range node.Table() {
-		known[o.Name] = o
-	}
 	for _, k := range keys {
-		o, ok := known[k]
-		if !ok {
-			return fmt.Errorf("volume attribute %q: unknown (want %q, %q, or a mount option such as upload-concurrency)", k, AttrURI, AttrMode)
-		}
-		if o.Scope != node.ScopeMount {
-			return fmt.Errorf("volume attribute %q: a node setting; set it on the mlfsd daemon, not per volume", k)
+		o, err := mountOption(k)
+		if err != nil {
+			return err
 		}
 		s := node.Defaults()
 		if err := o.Set(&s, opts[k]); err != nil {
@@ -173,6 +169,21 @@ func validateOptions(opts map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// mountOption returns the row of the options table named k, which must be
+// a mount-scope option; the error names the key.
+func mountOption(k string) (node.Option, error) {
+	for _, o := range node.Table() {
+		if o.Name != k {
+			continue
+		}
+		if o.Scope != node.ScopeMount {
+			return o, fmt.Errorf("volume attribute %q: a node setting; set it on the mlfsd daemon, not per volume", k)
+		}
+		return o, nil
+	}
+	return node.Option{}, fmt.Errorf("volume attribute %q: unknown (want %q, %q, or a mount option such as upload-concurrency)", k, AttrURI, AttrMode)
 }
 
 func contains(list []string, s string) bool {
@@ -252,36 +263,75 @@ func withPodIdentity(c node.Credentials, spec volumeSpec, tokens map[string]stri
 	return c, c.Validate()
 }
 
-// Volume IDs of dynamically provisioned volumes are "mlfsd:<policy>:<uri>":
-// the volume's own prefix and what DeleteVolume does with its data. The
-// controller keeps no state: the ID is all DeleteVolume gets. The "mlfsd:"
-// prefix keeps a static PersistentVolume's handle from being taken for one.
+// Volume IDs of dynamically provisioned volumes are
+// "mlfsd:<policy>:<mac>:<uri>": the volume's own prefix, what DeleteVolume
+// does with its data, and a MAC of both under the controller's key. The
+// controller keeps no state: the ID is all DeleteVolume gets, and anyone
+// who can create a PersistentVolume can write one, so only the MAC proves
+// that this controller made it. A controller without a key issues
+// "mlfsd:retain:<uri>" (it never deletes). The "mlfsd:" prefix keeps a
+// static PersistentVolume's handle from being taken for one.
 const (
 	policyRetain = "retain"
 	policyDelete = "delete"
 )
 
-// volumeID builds the ID of a provisioned volume.
-func volumeID(policy string, u backends.URI) string { return idPrefix + policy + ":" + u.String() }
-
 const idPrefix = "mlfsd:"
 
-// parseVolumeID reads an ID made by volumeID. ok is false for any other
-// string (a static PersistentVolume's handle, a made-up ID).
-func parseVolumeID(id string) (policy string, u backends.URI, ok bool) {
+// volumeMAC is the MAC of a volume's policy and URI under key: 16 bytes
+// of HMAC-SHA256, base64url (22 characters, no ':').
+func volumeMAC(key []byte, policy string, u backends.URI) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("mlfsd volume id\x00" + policy + "\x00" + u.String()))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:16])
+}
+
+// volumeID builds the ID of a provisioned volume, signed with key when
+// there is one.
+func volumeID(key []byte, policy string, u backends.URI) string {
+	if key == nil {
+		return idPrefix + policy + ":" + u.String()
+	}
+	return idPrefix + policy + ":" + volumeMAC(key, policy, u) + ":" + u.String()
+}
+
+// provisioned is a volume ID read back by parseVolumeID.
+type provisioned struct {
+	policy string
+	mac    string // "" in an unsigned ID
+	uri    backends.URI
+}
+
+// signedBy reports whether the ID carries a valid MAC under key.
+func (p provisioned) signedBy(key []byte) bool {
+	if key == nil || p.mac == "" {
+		return false
+	}
+	return hmac.Equal([]byte(p.mac), []byte(volumeMAC(key, p.policy, p.uri)))
+}
+
+// parseVolumeID reads an ID made by volumeID, signed or not; ok is false
+// for any other string (a static PersistentVolume's handle, a made-up ID).
+// It does not check the MAC: see signedBy.
+func parseVolumeID(id string) (p provisioned, ok bool) {
 	rest, found := strings.CutPrefix(id, idPrefix)
 	if !found {
-		return "", backends.URI{}, false
+		return p, false
 	}
-	policy, rest, found = strings.Cut(rest, ":")
-	if !found || (policy != policyRetain && policy != policyDelete) {
-		return "", backends.URI{}, false
+	p.policy, rest, found = strings.Cut(rest, ":")
+	if !found || (p.policy != policyRetain && p.policy != policyDelete) {
+		return p, false
+	}
+	// A MAC holds no ':' and a URI's scheme is followed by "://".
+	if mac, after, found := strings.Cut(rest, ":"); found && !strings.HasPrefix(after, "//") {
+		p.mac, rest = mac, after
 	}
 	u, err := backends.ParseURI(rest)
 	if err != nil || !u.IsDir() {
-		return "", backends.URI{}, false
+		return provisioned{}, false
 	}
-	return policy, u, true
+	p.uri = u
+	return p, true
 }
 
 // CheckAttributes validates a volume's attributes (uri, mode and mount

@@ -122,14 +122,25 @@ func TestVolumeID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	key, other := []byte("controller-key-0123456789"), []byte("another-key-0123456789")
 	for _, p := range []string{policyRetain, policyDelete} {
-		got, gu, ok := parseVolumeID(volumeID(p, u))
-		if !ok || got != p || gu.String() != u.String() {
-			t.Errorf("%s: parsed back %q %v %v", p, got, gu, ok)
+		got, ok := parseVolumeID(volumeID(key, p, u))
+		if !ok || got.policy != p || got.uri.String() != u.String() || !got.signedBy(key) || got.signedBy(other) || got.signedBy(nil) {
+			t.Errorf("%s: parsed back %+v %v", p, got, ok)
+		}
+		got, ok = parseVolumeID(volumeID(nil, p, u))
+		if !ok || got.policy != p || got.uri.String() != u.String() || got.signedBy(key) {
+			t.Errorf("%s unsigned: parsed back %+v %v", p, got, ok)
 		}
 	}
+	// An ID with its URI changed keeps no valid MAC.
+	signed := volumeID(key, policyDelete, u)
+	forged := strings.Replace(signed, "pvc-1", "pvc-2", 1)
+	if p, ok := parseVolumeID(forged); !ok || p.signedBy(key) {
+		t.Errorf("forged %q: %+v %v, want parsed and not signed", forged, p, ok)
+	}
 	for _, id := range []string{"imagenet-train", "fake-vol-id-123", "mlfsd:retain:oss://bkt/x.bin", "mlfsd:keep:oss://bkt/x/", "delete:oss://bkt/x/"} {
-		if _, _, ok := parseVolumeID(id); ok {
+		if _, ok := parseVolumeID(id); ok {
 			t.Errorf("%q parsed as a provisioned volume", id)
 		}
 	}
@@ -140,13 +151,14 @@ func TestVolumeID(t *testing.T) {
 // reaches the log, while the request is still logged.
 func TestCallLogRedactsSecrets(t *testing.T) {
 	var buf bytes.Buffer
-	d, err := New(Options{NodeID: "n", Mounter: refuse{}, Log: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	root := t.TempDir()
+	d, err := New(Options{NodeID: "n", Mounter: refuse{}, KubeletRoot: root, Log: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ns := &nodeServer{d: d}
 	req := &csi.NodePublishVolumeRequest{
-		VolumeId: "v", TargetPath: t.TempDir() + "/target",
+		VolumeId: "v", TargetPath: root + "/target",
 		VolumeCapability: &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}},
 		VolumeContext: map[string]string{"uri": "oss://bkt/x/", "mode": "output"},

@@ -30,6 +30,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/cache"
 	mfs "github.com/mlfsd/mlfsd/fs"
+	"github.com/mlfsd/mlfsd/node/nasroots"
 	"github.com/mlfsd/mlfsd/writeback"
 )
 
@@ -65,6 +66,12 @@ type Options struct {
 	// input mount, so that a busy or unusable cache directory fails at
 	// start (a daemon).
 	OpenCache bool
+	// NASRoots, when set, is the administrator's list of host directories
+	// a mount request may name with nas:// (its channel, or a shared
+	// cache tier given in its options); an empty policy allows none. A
+	// node that takes requests from others (the daemon, the CSI plugin)
+	// sets it; nil leaves a local caller's own requests unchecked.
+	NASRoots *nasroots.Policy
 }
 
 // MountRequest asks for one mount.
@@ -277,6 +284,9 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (_ MountInfo, err er
 	if !req.ReadOnly && !u.IsDir() {
 		return MountInfo{}, fmt.Errorf("output channel %s must be a directory URI (end it with '/')", u)
 	}
+	if u, set, err = n.checkNASRoots(req, u, set); err != nil {
+		return MountInfo{}, err
+	}
 
 	n.mu.Lock()
 	// Handing over comes first: a committed handover closes the node,
@@ -345,6 +355,33 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (_ MountInfo, err er
 	n.saveState()
 	n.log.Info("mounted", "source", u.String(), "mountpoint", target, "read_only", req.ReadOnly)
 	return m.info, nil
+}
+
+// checkNASRoots refuses a request naming a host directory the
+// administrator did not allow (Options.NASRoots): its nas:// channel, or a
+// nas:// shared cache tier in its options (the node writes the tier).
+// It returns the channel and the settings with those paths resolved, so
+// that a link changed after the check does not move the mount.
+func (n *Node) checkNASRoots(req MountRequest, u backends.URI, set Settings) (backends.URI, Settings, error) {
+	p := n.opt.NASRoots
+	if p == nil {
+		return u, set, nil
+	}
+	u, err := p.Check(u, !req.ReadOnly)
+	if err != nil {
+		return u, set, fmt.Errorf("mount %s: %w", req.Target, err)
+	}
+	if tier, ok := req.Options["shared-cache"]; ok && tier != "" {
+		tu, err := backends.ParseURI(tier)
+		if err != nil {
+			return u, set, err
+		}
+		if tu, err = p.Check(tu, true); err != nil {
+			return u, set, fmt.Errorf("mount %s: shared cache tier: %w", req.Target, err)
+		}
+		set.Shared.URI = tu.String()
+	}
+	return u, set, nil
 }
 
 // mountNow does the mounting of m; on error it leaves nothing behind.

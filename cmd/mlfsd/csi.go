@@ -14,11 +14,13 @@ import (
 	"github.com/mlfsd/mlfsd/csidriver"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
+	"github.com/mlfsd/mlfsd/node/nasroots"
 )
 
 func newCSICmd(a *app) *cobra.Command {
-	var endpoint, nodeID, daemon, name, ossAudience, s3Audience string
+	var endpoint, nodeID, daemon, name, ossAudience, s3Audience, kubeletRoot, keyFile string
 	var drainTimeout time.Duration
+	var nasRoots, ephemeral []string
 	c := &cobra.Command{
 		Use:   "csi --endpoint unix:///csi/csi.sock --node-id NAME [--daemon SOCKET]",
 		Short: "Serve the CSI plugin (Identity, Node and Controller services) for Kubernetes",
@@ -36,17 +38,33 @@ s3-role-arn is mounted with the pod's own short-lived keys: the pod's
 service-account token (the CSIDriver object's tokenRequests) is exchanged
 for them by AssumeRoleWithOIDC (RRSA) or AssumeRoleWithWebIdentity (IRSA),
 and every republish (requiresRepublish) refreshes them on the live mount.
+What pods may name is the administrator's: nas:// uris only under a
+--nas-root (none by default); inline ephemeral volumes only the
+--ephemeral-attributes (uri and mode by default; never shared-cache);
+targets only under --kubelet-root. DeleteVolume removes data only under
+an ID signed with --controller-key-file (the same key on every controller
+replica); without it, onDelete: delete is refused.
 
 See deploy/kubernetes/ for the manifests.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			policy, err := nasroots.Parse(nasRoots)
+			if err != nil {
+				return fmt.Errorf("--nas-root: %w", err)
+			}
+			var key []byte
+			if keyFile != "" {
+				if key, err = csidriver.ReadControllerKey(keyFile); err != nil {
+					return fmt.Errorf("--controller-key-file: %w", err)
+				}
+			}
 			var m csidriver.Mounter
 			if daemon != "" {
 				m = daemonMounter{api.NewClient(daemon)}
 			} else {
-				n, err := node.New(ctx, node.Options{Settings: a.settings, Log: a.log, Progress: a.stderr})
+				n, err := node.New(ctx, node.Options{Settings: a.settings, Log: a.log, Progress: a.stderr, NASRoots: &policy})
 				if err != nil {
 					return err
 				}
@@ -65,6 +83,7 @@ See deploy/kubernetes/ for the manifests.`,
 				Name: name, Version: version, NodeID: nodeID, Mounter: m,
 				Settings: a.settings, DrainTimeout: drainTimeout, Log: a.log,
 				OSSAudience: ossAudience, S3Audience: s3Audience,
+				NASRoots: policy, EphemeralAttributes: ephemeral, KubeletRoot: kubeletRoot, ControllerKey: key,
 			})
 			if err != nil {
 				return err
@@ -88,6 +107,11 @@ See deploy/kubernetes/ for the manifests.`,
 		"audience of the pod's service-account token exchanged for an OSS role (RRSA); the CSIDriver object's tokenRequests must ask for it")
 	f.StringVar(&s3Audience, "s3-token-audience", csidriver.DefaultS3Audience,
 		"audience of the pod's service-account token exchanged for an S3 role (IRSA); the CSIDriver object's tokenRequests must ask for it")
+	addNASRootFlag(f, &nasRoots)
+	f.StringSliceVar(&ephemeral, "ephemeral-attributes", csidriver.DefaultEphemeralAttributes,
+		"the only volume attributes an inline ephemeral volume (which anyone who may create a pod writes) may set: uri, mode and mount options such as upload-concurrency; never shared-cache")
+	f.StringVar(&kubeletRoot, "kubelet-root", csidriver.DefaultKubeletRoot, "the kubelet's root directory: publish and unpublish targets must lie under it")
+	f.StringVar(&keyFile, "controller-key-file", "", "file holding the controller's key (a Secret's key, at least 16 bytes) that signs provisioned volume IDs; needed for onDelete: delete")
 	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
 	c.MarkFlagRequired("node-id")
 	return c

@@ -58,7 +58,9 @@ var expectedSkips = map[string]string{
 	"NodeGetStorageHealth not supported":                        "no storage health",
 }
 
-// startCSI runs `mlfsd csi` in a subprocess and waits until it answers.
+// startCSI runs `mlfsd csi` in a subprocess and waits until it answers,
+// with mountRoot as its kubelet root, the test's temp dirs as its nas
+// root, and a controller key.
 // The plugin is stopped (SIGTERM) and every mount under mountRoot checked
 // gone at the end of the test.
 func startCSI(t *testing.T, mountRoot string, args ...string) (endpoint string, logs *syncBuffer) {
@@ -66,7 +68,12 @@ func startCSI(t *testing.T, mountRoot string, args ...string) (endpoint string, 
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "csi.sock")
 	endpoint = "unix://" + sock
-	cmd := mlfsdCmd(t, append([]string{"--log-level=debug", "csi", "--endpoint", endpoint, "--node-id", "sanity-node"}, args...)...)
+	key := filepath.Join(dir, "controller.key")
+	if err := os.WriteFile(key, []byte("test-controller-key-"+t.Name()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := mlfsdCmd(t, append([]string{"--log-level=debug", "csi", "--endpoint", endpoint, "--node-id", "sanity-node",
+		"--kubelet-root", mountRoot, "--nas-root", testNASRoot(t), "--controller-key-file", key}, args...)...)
 	logs = &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {

@@ -12,16 +12,19 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/mlfsd/mlfsd/handover"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
+	"github.com/mlfsd/mlfsd/node/nasroots"
 )
 
 func newDaemonCmd(a *app) *cobra.Command {
 	var stateDir, socket, metricsListen string
 	var takeover bool
 	var protocol int
+	var nasRoots []string
 	c := &cobra.Command{
 		Use:   "daemon --state-dir DIR --socket PATH --cache-dir DIR [--metrics-listen ADDR] [--takeover]",
 		Short: "Serve the mounts of this host from one shared cache, through a local API",
@@ -54,6 +57,9 @@ sent again by its client to the new daemon, which drains and unmounts
 lets go, the old daemon goes on serving and the new one exits with the
 reason.
 
+Host directories: a client's request may name nas:// channels (and nas://
+shared cache tiers) only under a --nas-root; there is none by default.
+
 Logs are JSON unless --log-format says otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -70,7 +76,11 @@ Logs are JSON unless --log-format says otherwise.`,
 				}
 				a.log = l
 			}
-			return runDaemon(cmd.Context(), a, stateDir, socket, metricsListen, takeover, protocol)
+			policy, err := nasroots.Parse(nasRoots)
+			if err != nil {
+				return fmt.Errorf("--nas-root: %w", err)
+			}
+			return runDaemon(cmd.Context(), a, stateDir, socket, metricsListen, takeover, protocol, policy)
 		},
 	}
 	f := c.Flags()
@@ -81,17 +91,25 @@ Logs are JSON unless --log-format says otherwise.`,
 	// For tests of a refused takeover: ask for another handover protocol.
 	f.IntVar(&protocol, "handover-protocol", 0, "handover protocol to ask for with --takeover (0: this binary's)")
 	f.MarkHidden("handover-protocol")
+	addNASRootFlag(f, &nasRoots)
 	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
 	node.AddFlags(f, &a.settings, node.GroupS3)
 	return c
 }
 
-func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen string, takeover bool, protocol int) error {
+// addNASRootFlag adds --nas-root, the administrator's list of host
+// directories that requests (a client's, a pod's volume) may name.
+func addNASRootFlag(f *pflag.FlagSet, roots *[]string) {
+	f.StringArrayVar(roots, "nas-root", nil,
+		"a host directory nas:// channels of requests may name: PATH (inputs only), PATH:ro, or PATH:rw (outputs and nas:// shared cache tiers too); repeat for more. None by default")
+}
+
+func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen string, takeover bool, protocol int, nasRoots nasroots.Policy) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Taking over, the cache directory is the old daemon's until it lets
 	// go; the node opens it then.
-	n, err := node.New(ctx, node.Options{Settings: a.settings, StateDir: stateDir, OpenCache: !takeover, Log: a.log, Progress: a.stderr})
+	n, err := node.New(ctx, node.Options{Settings: a.settings, StateDir: stateDir, OpenCache: !takeover, Log: a.log, Progress: a.stderr, NASRoots: &nasRoots})
 	if err != nil {
 		return err
 	}

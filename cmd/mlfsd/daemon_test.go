@@ -44,7 +44,8 @@ func startNodeDaemon(t testing.TB, dir string, extra ...string) *nodeDaemon {
 		stderr: &syncBuffer{}, done: make(chan error, 1)}
 	args := append([]string{"daemon", "--state-dir", d.stateDir, "--socket", d.socket,
 		"--cache-dir", filepath.Join(dir, "cache"), "--staging-dir", filepath.Join(dir, "staging"),
-		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--metrics-listen", "127.0.0.1:0"}, extra...)
+		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--metrics-listen", "127.0.0.1:0",
+		"--nas-root", testNASRoot(t)}, extra...)
 	d.cmd = mlfsdCmd(t, args...)
 	ossEnv(d.cmd)
 	d.cmd.Stderr = d.stderr
@@ -75,6 +76,13 @@ func startNodeDaemon(t testing.TB, dir string, extra ...string) *nodeDaemon {
 			t.Fatalf("mlfsd daemon not ready; stderr:\n%s", d.stderr)
 		}
 	}
+}
+
+// testNASRoot is the --nas-root a test's daemon or plugin gets: the
+// parent of the test's temp dirs, read-write, so the test's own stores
+// are allowed and nothing else on the host is.
+func testNASRoot(t testing.TB) string {
+	return filepath.Dir(t.TempDir()) + ":rw"
 }
 
 // detachUnder lazily unmounts whatever is mounted under dir.
@@ -525,7 +533,8 @@ func TestRunThroughDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := startNodeDaemon(t, t.TempDir())
+	// The quickstart's code and data are read-only roots of the daemon.
+	d := startNodeDaemon(t, t.TempDir(), "--nas-root", filepath.Dir(spec)+":ro")
 	code, stdout, stderr := d.client(t, "run", "--daemon", d.socket, "--spec", spec, "--root", root, "--output-path", "nas://"+store+"/")
 	if code != 0 {
 		t.Fatalf("mlfsd run --daemon: exit %d\nstdout:\n%s\nstderr:\n%s\ndaemon:\n%s", code, stdout, stderr, d.stderr)

@@ -35,7 +35,8 @@ func forkNodeDaemon(t *testing.T, dir string, extra ...string) func() *nodeDaemo
 		stderr: &syncBuffer{}, done: make(chan error, 1)}
 	args := append([]string{"daemon", "--state-dir", d.stateDir, "--socket", d.socket,
 		"--cache-dir", filepath.Join(dir, "cache"), "--staging-dir", filepath.Join(dir, "staging"),
-		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--metrics-listen", "127.0.0.1:0"}, extra...)
+		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--metrics-listen", "127.0.0.1:0",
+		"--nas-root", testNASRoot(t)}, extra...)
 	m := mlfsdCmd(t, args...)
 	d.cmd = exec.Command("/bin/sh", append([]string{"-c", `read go && exec "$0" "$@"`}, m.Args...)...)
 	d.cmd.Env = m.Env
@@ -351,7 +352,7 @@ func forkFailingTakeover(t *testing.T, d *nodeDaemon, dir string, extra ...strin
 	t.Helper()
 	args := append([]string{"daemon", "--state-dir", d.stateDir, "--socket", d.socket,
 		"--cache-dir", filepath.Join(dir, "cache"), "--staging-dir", filepath.Join(dir, "staging"),
-		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--takeover"}, extra...)
+		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--nas-root", testNASRoot(t), "--takeover"}, extra...)
 	return forkCmd(t, mlfsdCmd(t, args...))
 }
 

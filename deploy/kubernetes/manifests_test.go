@@ -446,6 +446,13 @@ func TestTrainingPods(t *testing.T) {
 	}
 	get[*corev1.PersistentVolumeClaim](t, objs, "PersistentVolumeClaim", "imagenet-train")
 
+	// An inline volume may set only what the node's plugin allows.
+	ds := get[*appsv1.DaemonSet](t, objs, "DaemonSet", "mlfsd-node")
+	allowedFlag, ok := flagValue(container(t, ds.Spec.Template.Spec, "mlfsd-csi").Command, "ephemeral-attributes")
+	if !ok {
+		allowedFlag = strings.Join(csidriver.DefaultEphemeralAttributes, ",")
+	}
+	allowed := strings.Split(allowedFlag, ",")
 	inline := get[*corev1.Pod](t, objs, "Pod", "resnet-train-inline")
 	c = container(t, inline.Spec, "train")
 	for path, mode := range map[string]string{"/ml/input/data/train": "input", "/ml/output/model": "output"} {
@@ -459,6 +466,11 @@ func TestTrainingPods(t *testing.T) {
 		}
 		if err := csidriver.CheckAttributes(v.CSI.VolumeAttributes); err != nil {
 			t.Errorf("%s: %v", path, err)
+		}
+		for k := range v.CSI.VolumeAttributes {
+			if !contains(allowed, k) {
+				t.Errorf("%s: inline attribute %q is not in the plugin's --ephemeral-attributes %s", path, k, allowedFlag)
+			}
 		}
 		checkSecretRef(t, objs, fmt.Sprintf("inline volume %s", v.Name), &corev1.SecretReference{Name: v.CSI.NodePublishSecretRef.Name, Namespace: inline.Namespace})
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss"
 	"github.com/mlfsd/mlfsd/node"
+	"github.com/mlfsd/mlfsd/node/nasroots"
 )
 
 // maxBody bounds a request body.
@@ -174,6 +175,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		code = http.StatusNotFound
 	case errors.Is(err, node.ErrTargetBusy):
 		code = http.StatusConflict
+	case errors.Is(err, nasroots.ErrNotAllowed):
+		code = http.StatusForbidden
 	case errors.Is(err, node.ErrClosed):
 		code = http.StatusServiceUnavailable
 	case errors.Is(err, context.Canceled):
