@@ -2,6 +2,7 @@ package csidriver
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"path"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/all"
+	"github.com/mlfsd/mlfsd/backends/hdfs"
 	"github.com/mlfsd/mlfsd/backends/oss"
 )
 
@@ -219,6 +221,11 @@ func (c *controller) open(ctx context.Context, u backends.URI, opt all.Options, 
 	}
 	if cr.HDFSUser != "" {
 		opt.HDFS.User = cr.HDFSUser
+	}
+	if cr.HDFSKeytab != "" {
+		kt, _ := base64.StdEncoding.DecodeString(cr.HDFSKeytab) // encoded by credentials
+		opt.HDFS.Kerberos = hdfs.Kerberos{Principal: cr.HDFSPrincipal, Keytab: kt,
+			Krb5Conf: opt.HDFS.Kerberos.Krb5Conf, ServicePrincipal: opt.HDFS.Kerberos.ServicePrincipal}
 	}
 	b, _, err := all.Open(ctx, u, opt, c.d.log)
 	if err != nil {

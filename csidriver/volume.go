@@ -1,6 +1,7 @@
 package csidriver
 
 import (
+	"encoding/base64"
 	"fmt"
 	"sort"
 	"strings"
@@ -51,6 +52,10 @@ const (
 	SecretOSSAccessKeySecret = "oss-access-key-secret"
 	SecretOSSSecurityToken   = "oss-security-token"
 	SecretHDFSUser           = "hdfs-user"
+	// SecretHDFSPrincipal and SecretHDFSKeytab log in to a Kerberized
+	// HDFS cluster: the principal (user@REALM) and its keytab file's bytes.
+	SecretHDFSPrincipal = "hdfs-principal"
+	SecretHDFSKeytab    = "hdfs-keytab"
 )
 
 // volumeSpec is a volume's attributes, parsed and validated.
@@ -156,10 +161,17 @@ func credentials(secrets map[string]string) (node.Credentials, error) {
 			c.OSSSecurityToken = v
 		case SecretHDFSUser:
 			c.HDFSUser = v
+		case SecretHDFSPrincipal:
+			c.HDFSPrincipal = v
+		case SecretHDFSKeytab:
+			c.HDFSKeytab = base64.StdEncoding.EncodeToString([]byte(v))
 		default:
-			return node.Credentials{}, fmt.Errorf("secret key %q: unknown (want %s, %s, %s or %s)", k,
-				SecretOSSAccessKeyID, SecretOSSAccessKeySecret, SecretOSSSecurityToken, SecretHDFSUser)
+			return node.Credentials{}, fmt.Errorf("secret key %q: unknown (want %s, %s, %s, %s, %s or %s)", k,
+				SecretOSSAccessKeyID, SecretOSSAccessKeySecret, SecretOSSSecurityToken, SecretHDFSUser, SecretHDFSPrincipal, SecretHDFSKeytab)
 		}
+	}
+	if (c.HDFSKeytab == "") != (c.HDFSPrincipal == "") {
+		return node.Credentials{}, fmt.Errorf("secrets %s and %s go together: one is missing", SecretHDFSPrincipal, SecretHDFSKeytab)
 	}
 	if (c.OSSAccessKeyID == "") != (c.OSSAccessKeySecret == "") {
 		return node.Credentials{}, fmt.Errorf("secrets %s and %s go together: one is missing", SecretOSSAccessKeyID, SecretOSSAccessKeySecret)

@@ -3,6 +3,7 @@ package csidriver
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"log/slog"
 	"strings"
 	"testing"
@@ -76,6 +77,18 @@ func TestCredentials(t *testing.T) {
 	}
 	if _, err := credentials(map[string]string{SecretOSSAccessKeySecret: "x"}); err == nil {
 		t.Error("a secret without its key ID was accepted")
+	}
+	// A keytab is binary; it travels base64-encoded from here on.
+	kt := "\x05\x02\x00\x00\xffkeys"
+	c, err = credentials(map[string]string{SecretHDFSPrincipal: "alice@REALM", SecretHDFSKeytab: kt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := base64.StdEncoding.DecodeString(c.HDFSKeytab); string(got) != kt || c.HDFSPrincipal != "alice@REALM" {
+		t.Errorf("kerberos credentials %q %q", c.HDFSPrincipal, got)
+	}
+	if _, err := credentials(map[string]string{SecretHDFSKeytab: kt}); err == nil || !strings.Contains(err.Error(), SecretHDFSPrincipal) || strings.Contains(err.Error(), "keys") {
+		t.Errorf("a keytab without its principal: %v", err)
 	}
 }
 

@@ -2,9 +2,9 @@ package node
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
-
 	"io"
 	"log/slog"
 	"sync"
@@ -40,6 +40,16 @@ func backendOptions(opt all.Options, c Credentials) all.Options {
 	}
 	if c.HDFSUser != "" {
 		opt.HDFS.User = c.HDFSUser
+	}
+	if c.HDFSKeytab != "" {
+		// Validated when the request arrived (validKeytab).
+		kt, _ := base64.StdEncoding.DecodeString(c.HDFSKeytab)
+		opt.HDFS.Kerberos.Keytab = kt
+		opt.HDFS.Kerberos.KeytabFile = ""
+		opt.HDFS.Kerberos.CCacheFile = ""
+	}
+	if c.HDFSPrincipal != "" {
+		opt.HDFS.Kerberos.Principal = c.HDFSPrincipal
 	}
 	return opt
 }

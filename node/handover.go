@@ -41,6 +41,8 @@ type HandoverCredentials struct {
 	OSSAccessKeySecret string `json:"oss_access_key_secret,omitempty"`
 	OSSSecurityToken   string `json:"oss_security_token,omitempty"`
 	HDFSUser           string `json:"hdfs_user,omitempty"`
+	HDFSPrincipal      string `json:"hdfs_principal,omitempty"`
+	HDFSKeytab         string `json:"hdfs_keytab,omitempty"`
 }
 
 func (c HandoverCredentials) creds() Credentials { return Credentials(c) }

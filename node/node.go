@@ -306,6 +306,9 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 			return fmt.Errorf("create output directory %s: %w", u.Path, err)
 		}
 	}
+	if err := m.req.Credentials.validKeytab(); err != nil {
+		return err
+	}
 	raw, key, release, err := n.pool.acquire(ctx, u, set.Backend, m.req.Credentials)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -104,7 +105,8 @@ func TestMountOptionsValidated(t *testing.T) {
 }
 
 func TestCredentialsRedacted(t *testing.T) {
-	c := Credentials{OSSAccessKeyID: "AKID", OSSAccessKeySecret: "s3cr3t-value", OSSSecurityToken: "t0ken-value", HDFSUser: "bob"}
+	c := Credentials{OSSAccessKeyID: "AKID", OSSAccessKeySecret: "s3cr3t-value", OSSSecurityToken: "t0ken-value", HDFSUser: "bob",
+		HDFSPrincipal: "bob@REALM", HDFSKeytab: base64.StdEncoding.EncodeToString([]byte("k3ytab-bytes"))}
 	var logged strings.Builder
 	log := slog.New(slog.NewJSONHandler(&logged, nil))
 	log.Info("x", "credentials", c)
@@ -112,11 +114,11 @@ func TestCredentialsRedacted(t *testing.T) {
 	j, _ := json.Marshal(c)
 	jp, _ := json.Marshal(struct{ C *Credentials }{&c})
 	for _, out := range []string{c.String(), fmt.Sprintf("%v %+v %#v %s", c, c, c, c), fmt.Sprintf("%v", &c), string(j), string(jp), logged.String()} {
-		if strings.Contains(out, "s3cr3t") || strings.Contains(out, "t0ken") {
+		if strings.Contains(out, "s3cr3t") || strings.Contains(out, "t0ken") || strings.Contains(out, c.HDFSKeytab) || strings.Contains(out, "k3ytab") {
 			t.Errorf("secret leaked: %s", out)
 		}
-		if !strings.Contains(out, "AKID") {
-			t.Errorf("key id missing (it is not secret and helps debugging): %s", out)
+		if !strings.Contains(out, "AKID") || !strings.Contains(out, "bob@REALM") {
+			t.Errorf("key id or principal missing (they are not secret and help debugging): %s", out)
 		}
 	}
 }

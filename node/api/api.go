@@ -18,6 +18,7 @@
 package api
 
 import (
+	"encoding/base64"
 	"errors"
 	"io/fs"
 	"os"
@@ -41,6 +42,9 @@ type Credentials struct {
 	OSSAccessKeySecret string `json:"oss_access_key_secret,omitempty"`
 	OSSSecurityToken   string `json:"oss_security_token,omitempty"`
 	HDFSUser           string `json:"hdfs_user,omitempty"`
+	HDFSPrincipal      string `json:"hdfs_principal,omitempty"`
+	// HDFSKeytab is the keytab's bytes (base64 in JSON).
+	HDFSKeytab []byte `json:"hdfs_keytab,omitempty"`
 }
 
 // String keeps the wire type from printing its secret, too.
@@ -51,15 +55,24 @@ func (c Credentials) GoString() string { return c.node().String() }
 
 func (c Credentials) node() node.Credentials {
 	return node.Credentials{OSSAccessKeyID: c.OSSAccessKeyID, OSSAccessKeySecret: c.OSSAccessKeySecret,
-		OSSSecurityToken: c.OSSSecurityToken, HDFSUser: c.HDFSUser}
+		OSSSecurityToken: c.OSSSecurityToken, HDFSUser: c.HDFSUser,
+		HDFSPrincipal: c.HDFSPrincipal, HDFSKeytab: encodeKeytab(c.HDFSKeytab)}
+}
+
+func encodeKeytab(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString(b)
 }
 
 func wireCredentials(c node.Credentials) *Credentials {
 	if c.IsZero() {
 		return nil
 	}
+	kt, _ := base64.StdEncoding.DecodeString(c.HDFSKeytab) // node.Credentials holds it encoded
 	return &Credentials{OSSAccessKeyID: c.OSSAccessKeyID, OSSAccessKeySecret: c.OSSAccessKeySecret,
-		OSSSecurityToken: c.OSSSecurityToken, HDFSUser: c.HDFSUser}
+		OSSSecurityToken: c.OSSSecurityToken, HDFSUser: c.HDFSUser, HDFSPrincipal: c.HDFSPrincipal, HDFSKeytab: kt}
 }
 
 // UnmountRequest is the body of POST /v1/unmount and /v1/drain.

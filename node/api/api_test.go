@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"log/slog"
@@ -116,10 +118,14 @@ func TestErrorsAreClear(t *testing.T) {
 }
 
 func TestWireCredentialsRedacted(t *testing.T) {
-	c := Credentials{OSSAccessKeyID: "AKID", OSSAccessKeySecret: "s3cr3t"}
+	c := Credentials{OSSAccessKeyID: "AKID", OSSAccessKeySecret: "s3cr3t", HDFSPrincipal: "alice@R", HDFSKeytab: []byte("\x05\x02k3ytab")}
 	for _, s := range []string{c.String(), c.GoString()} {
-		if strings.Contains(s, "s3cr3t") {
+		if strings.Contains(s, "s3cr3t") || strings.Contains(s, "k3ytab") || strings.Contains(s, base64.StdEncoding.EncodeToString(c.HDFSKeytab)) {
 			t.Errorf("secret in %q", s)
 		}
+	}
+	// The keytab's bytes survive the trip to node.Credentials and back.
+	if back := wireCredentials(c.node()); !bytes.Equal(back.HDFSKeytab, c.HDFSKeytab) || back.HDFSPrincipal != "alice@R" {
+		t.Errorf("keytab round trip: %q %q", back.HDFSPrincipal, back.HDFSKeytab)
 	}
 }
