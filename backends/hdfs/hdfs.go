@@ -223,6 +223,11 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 		}
 		return err
 	})
+	if err != nil && nerr != nil && nerr.refused() {
+		// Reached, and turned away (a secured NameNode refusing SIMPLE
+		// authentication): not a transient failure.
+		return nil, fmt.Errorf("HDFS namenode %s refused the connection: %s: %w", strings.Join(addrs, ","), nerr.detail(), backends.ErrPermission)
+	}
 	if err != nil && nerr != nil {
 		n := fmt.Sprintf("%d attempts", attempts)
 		if attempts == 1 {
@@ -389,10 +394,7 @@ func (b *backend) connect(addr string) (*hdfs.Client, error) {
 	}
 	c, err := hdfs.NewClient(co)
 	if err != nil {
-		if b.krb != nil && !networkError(err) {
-			return nil, b.krb.describe("authenticating to the NameNode as "+b.krb.spn, err)
-		}
-		return nil, err
+		return nil, b.authError(err)
 	}
 	// The library caches the server defaults on first use without a lock,
 	// and every block read consults them: fetch them now, before the
@@ -400,9 +402,19 @@ func (b *backend) connect(addr string) (*hdfs.Client, error) {
 	// This is also the NameNode's first answer.
 	if _, err := c.ServerDefaults(); err != nil {
 		c.Close()
-		return nil, explain(err) // a secured NameNode's refusal says why
+		return nil, b.authError(explain(err)) // a secured NameNode's refusal says why
 	}
 	return c, nil
+}
+
+// authError names the principal and the KDC in a failed authentication
+// to the NameNode. The library reports it as text ("SASL handshake: ..."),
+// on the connection's first call.
+func (b *backend) authError(err error) error {
+	if b.krb != nil && strings.Contains(err.Error(), "SASL handshake") {
+		return b.krb.describe("authenticating to the NameNode as "+b.krb.spn, err)
+	}
+	return err
 }
 
 // namenodeAttempt is what one NameNode did when a client tried it.
@@ -446,6 +458,21 @@ func (e *namenodesError) silent() bool {
 		}
 	}
 	return false
+}
+
+// refused reports whether every NameNode turned the client away
+// (AccessControlException, or a failed SASL authentication).
+func (e *namenodesError) refused() bool {
+	for _, t := range e.tried {
+		if strings.Contains(t.err.Error(), "SASL handshake") {
+			continue
+		}
+		var re hdfs.Error
+		if !errors.As(t.err, &re) || !strings.HasSuffix(re.Exception(), "AccessControlException") {
+			return false
+		}
+	}
+	return len(e.tried) > 0
 }
 
 func (e *namenodesError) Unwrap() []error {

@@ -214,7 +214,7 @@ func (a *kerberosAuth) loadCCache() (*credentials.CCache, error) {
 
 // describe names the principal and the KDC in an error.
 func (a *kerberosAuth) describe(what string, err error) error {
-	return fmt.Errorf("hdfs: kerberos: %s for %s (realm %s, KDC %s): %v", what, a.principal, a.realm, a.kdcs, err)
+	return fmt.Errorf("hdfs: kerberos: %s for %s (realm %s, KDC %s): %w", what, a.principal, a.realm, a.kdcs, err)
 }
 
 // client returns a client with a valid TGT, logging in or rereading the

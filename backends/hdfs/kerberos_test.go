@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -122,7 +123,7 @@ func TestKerberosKeytabLogin(t *testing.T) {
 	}
 
 	_, err = openErr(s, "/", hdfs.Options{User: "alice", Retries: 1})
-	if err == nil || !strings.Contains(err.Error(), "SIMPLE authentication is not enabled") {
+	if err == nil || !strings.Contains(err.Error(), "SIMPLE authentication is not enabled") || !errors.Is(err, backends.ErrPermission) {
 		t.Errorf("SIMPLE client against a secured NameNode: %v, want it refused", err)
 	}
 }
@@ -205,6 +206,20 @@ func TestKerberosLoginErrors(t *testing.T) {
 		_, err := openErr(s, "/", opt)
 		checkLoginError(t, err, kdc, keytab, "login with keytab failed")
 	})
+	t.Run("namenode keytab rotated", func(t *testing.T) {
+		t.Parallel()
+		// The NameNode's keys change under the emulator: it can no longer
+		// decrypt the service tickets the KDC issues, and refuses them.
+		kdc, s, keytab := securedEmulator(t, krbtest.Options{}, hdfsemu.Faults{})
+		kdc.Keytab("nn/127.0.0.1")
+		opt := kerberosOptions(kdc)
+		opt.Kerberos.Principal, opt.Kerberos.KeytabFile = "alice", keytab
+		_, err := openErr(s, "/", opt)
+		checkLoginError(t, err, kdc, keytab, "authenticating to the NameNode as nn/_HOST")
+		if !errors.Is(err, backends.ErrPermission) {
+			t.Errorf("a NameNode refusing the ticket: %v, want ErrPermission (not transient)", err)
+		}
+	})
 	t.Run("clock skew", func(t *testing.T) {
 		t.Parallel()
 		kdc, s, keytab := securedEmulator(t, krbtest.Options{ClockOffset: 30 * time.Minute}, hdfsemu.Faults{})
@@ -213,4 +228,40 @@ func TestKerberosLoginErrors(t *testing.T) {
 		_, err := openErr(s, "/", opt)
 		checkLoginError(t, err, kdc, keytab, "clock skew")
 	})
+}
+
+// TestKerberosTicketCacheReread: a ticket cache renewed outside mlfsd
+// (kinit again into the same file) is read again when the ticket the
+// backend started with expires, so connections made after that still
+// authenticate.
+func TestKerberosTicketCacheReread(t *testing.T) {
+	t.Parallel()
+	kdc, s, keytab := securedEmulator(t, krbtest.Options{}, hdfsemu.Faults{})
+	cc := kdc.KinitLifetime("alice@"+kdc.Realm, keytab, "15s")
+	expires := time.Now().Add(15 * time.Second)
+	opt := kerberosOptions(kdc)
+	opt.Kerberos.CCacheFile = cc
+	b, err := openErr(s, "/data/", opt)
+	if err != nil {
+		t.Fatalf("ticket cache login: %v", err)
+	}
+	defer b.Close()
+	putGet(t, b, "before", randData(3, 10<<10))
+	kdc.KinitInto("alice@"+kdc.Realm, keytab, cc) // the renewal outside mlfsd
+	for time.Now().Before(expires.Add(time.Second)) {
+		time.Sleep(100 * time.Millisecond) // the first ticket's end is a point in time
+	}
+	// Each write takes a NameNode connection of its own; two at once need
+	// a new one, which must authenticate with the renewed cache.
+	done := make(chan error, 2)
+	for i := range 2 {
+		go func() {
+			done <- writeKey(t.Context(), b, fmt.Sprintf("after-%d", i), randData(int64(4+i), 10<<10))
+		}()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("write after the first ticket expired: %v", err)
+		}
+	}
 }

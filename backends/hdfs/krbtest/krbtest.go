@@ -228,6 +228,13 @@ func (k *KDC) KinitLifetime(principal, keytab, lifetime string) string {
 	return cc
 }
 
+// KinitInto gets a new TGT into an existing ticket cache, as a renewal
+// outside mlfsd (kinit, k5start) does.
+func (k *KDC) KinitInto(principal, keytab, ccache string) {
+	k.t.Helper()
+	k.run("kinit", "-k", "-t", keytab, "-c", "FILE:"+ccache, principal)
+}
+
 // WaitExpired waits until klist reports the cache's tickets expired.
 func (k *KDC) WaitExpired(ccache string) {
 	k.t.Helper()
