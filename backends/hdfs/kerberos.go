@@ -53,6 +53,9 @@ type Kerberos struct {
 	Required bool
 }
 
+// GoString keeps %#v from printing the keytab's bytes.
+func (k Kerberos) GoString() string { return k.String() }
+
 // enabled reports whether some field asks for Kerberos.
 func (k Kerberos) enabled() bool {
 	return k.Required || k.Principal != "" || k.KeytabFile != "" || len(k.Keytab) > 0 || k.CCacheFile != ""

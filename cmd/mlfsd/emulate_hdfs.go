@@ -80,7 +80,8 @@ that permission checks see is the principal's first component.`,
 			a.log.Info("HDFS emulator serving", "namenode", srv.Addr(), "datanode", srv.DataNodeAddr(),
 				"root", opt.Root, "block_size", srv.BlockSize(), "ttfb", opt.Faults.TTFB,
 				"conn_bandwidth", opt.Faults.Bandwidth, "error_rate", opt.Faults.ErrorRate,
-				"drop_rate", opt.Faults.DropRate, "rpc_error_rate", opt.Faults.RPCErrorRate, "rpc_drop_rate", opt.Faults.RPCDropRate, "seed", opt.Faults.Seed)
+				"drop_rate", opt.Faults.DropRate, "rpc_error_rate", opt.Faults.RPCErrorRate, "rpc_drop_rate", opt.Faults.RPCDropRate, "seed", opt.Faults.Seed,
+				"kerberos_principal", principal)
 			fmt.Fprintf(a.stdout, "hdfs://%s/\n", srv.Addr())
 			<-ctx.Done()
 			srv.Close()
