@@ -265,3 +265,31 @@ func TestKerberosTicketCacheReread(t *testing.T) {
 		}
 	}
 }
+
+// TestKerberosFromHadoopConf: with nothing but the environment a Hadoop
+// client uses (HADOOP_CONF_DIR's core-site.xml saying
+// hadoop.security.authentication=kerberos and hdfs-site.xml naming the
+// NameNode's principal with _HOST, KRB5_CONFIG, KRB5CCNAME from kinit),
+// the backend authenticates with Kerberos. Not parallel: it sets the
+// environment.
+func TestKerberosFromHadoopConf(t *testing.T) {
+	kdc, s, keytab := securedEmulator(t, krbtest.Options{}, hdfsemu.Faults{})
+	conf := t.TempDir()
+	site := func(name, key, value string) {
+		x := fmt.Sprintf("<configuration><property><name>%s</name><value>%s</value></property></configuration>\n", key, value)
+		if err := os.WriteFile(filepath.Join(conf, name), []byte(x), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	site("core-site.xml", "hadoop.security.authentication", "kerberos")
+	site("hdfs-site.xml", "dfs.namenode.kerberos.principal", "nn/_HOST@"+kdc.Realm)
+	t.Setenv("HADOOP_CONF_DIR", conf)
+	t.Setenv("KRB5_CONFIG", kdc.Krb5Conf)
+	t.Setenv("KRB5CCNAME", "FILE:"+kdc.Kinit("alice@"+kdc.Realm, keytab))
+	b, err := openErr(s, "/data/", hdfs.Options{})
+	if err != nil {
+		t.Fatalf("login from the Hadoop configuration and the environment: %v", err)
+	}
+	defer b.Close()
+	putGet(t, b, "from-conf", randData(9, 5<<10))
+}
