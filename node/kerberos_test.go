@@ -18,7 +18,8 @@ import (
 // real MIT KDC, the emulator as a secured NameNode) and reads through it;
 // the keytab is in no file the node wrote. Without the keytab the secured
 // NameNode refuses the mount; a keytab without its principal is refused
-// before anything is opened.
+// before anything is opened; a request may not name a keytab file on the
+// node (a node-wide option).
 func TestMountWithKerberosCredentials(t *testing.T) {
 	kdc := krbtest.Start(t, krbtest.Options{})
 	nnKeytab := kdc.AddPrincipal("nn/127.0.0.1")
@@ -41,13 +42,14 @@ func TestMountWithKerberosCredentials(t *testing.T) {
 	}
 	defer s.Close()
 
+	t.Setenv("KRB5_CONFIG", kdc.Krb5Conf) // the daemon's environment
 	stateDir := t.TempDir()
 	n := newTestNode(t, stateDir)
 	raw, err := os.ReadFile(aliceKeytab)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := map[string]string{"hdfs-krb5-conf": kdc.Krb5Conf, "hdfs-namenode-principal": "nn/_HOST@" + kdc.Realm, "hdfs-retries": "1"}
+	opts := map[string]string{"hdfs-namenode-principal": "nn/_HOST@" + kdc.Realm, "hdfs-retries": "1"}
 	creds := Credentials{HDFSPrincipal: "alice@" + kdc.Realm, HDFSKeytab: base64.StdEncoding.EncodeToString(raw)}
 	uri := "hdfs://" + s.Addr() + "/data/"
 	ctx := t.Context()
@@ -58,6 +60,11 @@ func TestMountWithKerberosCredentials(t *testing.T) {
 	}
 	if _, err := n.Mount(ctx, MountRequest{URI: uri, Target: t.TempDir(), ReadOnly: true, Options: opts}); err == nil || !strings.Contains(err.Error(), "SIMPLE authentication is not enabled") {
 		t.Errorf("a mount without Kerberos credentials on a secured NameNode: %v", err)
+	}
+	// A request names no keytab file on the node: that is the node's.
+	if _, err := n.Mount(ctx, MountRequest{URI: uri, Target: t.TempDir(), ReadOnly: true,
+		Options: map[string]string{"hdfs-keytab": aliceKeytab, "hdfs-principal": "alice"}}); err == nil || !strings.Contains(err.Error(), "hdfs-keytab") {
+		t.Errorf("a mount request naming a keytab file: %v", err)
 	}
 
 	mnt := t.TempDir()

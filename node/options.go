@@ -398,16 +398,19 @@ func Table() []Option {
 		strOpt("hdfs-conf-dir", GroupHDFS, ScopeMount, "",
 			"Hadoop configuration directory, to resolve HA nameservices in hdfs:// URIs (default $HADOOP_CONF_DIR)",
 			func(s *Settings) *string { return &s.Backend.HDFS.ConfDir }),
-		strOpt("hdfs-principal", GroupHDFS, ScopeMount, "",
+		// The Kerberos identity of the node is the administrator's to set:
+		// a mount request names no host file (its own keytab comes in its
+		// credentials).
+		strOpt("hdfs-principal", GroupHDFS, ScopeNode, "",
 			"Kerberos principal user@REALM to log in as with --hdfs-keytab (turns Kerberos on)",
 			func(s *Settings) *string { return &s.Backend.HDFS.Kerberos.Principal }),
-		strOpt("hdfs-keytab", GroupHDFS, ScopeMount, "",
+		strOpt("hdfs-keytab", GroupHDFS, ScopeNode, "",
 			"keytab file of --hdfs-principal; mlfsd logs in again before the ticket expires",
 			func(s *Settings) *string { return &s.Backend.HDFS.Kerberos.KeytabFile }),
-		strOpt("hdfs-ccache", GroupHDFS, ScopeMount, "",
+		strOpt("hdfs-ccache", GroupHDFS, ScopeNode, "",
 			"Kerberos ticket cache to use instead of a keytab (turns Kerberos on; default $KRB5CCNAME when hadoop.security.authentication=kerberos)",
 			func(s *Settings) *string { return &s.Backend.HDFS.Kerberos.CCacheFile }),
-		strOpt("hdfs-krb5-conf", GroupHDFS, ScopeMount, "",
+		strOpt("hdfs-krb5-conf", GroupHDFS, ScopeNode, "",
 			"krb5.conf for Kerberos (default $KRB5_CONFIG, then /etc/krb5.conf)",
 			func(s *Settings) *string { return &s.Backend.HDFS.Kerberos.Krb5Conf }),
 		strOpt("hdfs-namenode-principal", GroupHDFS, ScopeMount, "",
