@@ -20,7 +20,8 @@ import (
 // keeps them across the handover socket (the new daemon must reach the
 // store as the client did), while formatting and logging still redact.
 func TestHandoverMountCarriesCredentials(t *testing.T) {
-	c := Credentials{OSSAccessKeyID: "id", OSSAccessKeySecret: "s3cret", OSSSecurityToken: "t0ken", HDFSUser: "u"}
+	c := Credentials{OSSAccessKeyID: "id", OSSAccessKeySecret: "s3cret", OSSSecurityToken: "t0ken", HDFSUser: "u",
+		HDFSPrincipal: "u@R", HDFSKeytab: "BQIAAABrM3l0YWI="}
 	hm := HandoverMount{Request: MountRequest{URI: "oss://b/p/", Target: "/mnt/x", ReadOnly: true, Credentials: c},
 		Credentials: HandoverCredentials(c)}
 	data, err := json.Marshal(hm)
@@ -37,7 +38,7 @@ func TestHandoverMountCarriesCredentials(t *testing.T) {
 	var sb strings.Builder
 	slog.New(slog.NewJSONHandler(&sb, nil)).Info("m", "creds", hm.Credentials)
 	for _, s := range []string{fmt.Sprint(hm.Credentials), fmt.Sprintf("%#v", hm.Credentials), sb.String()} {
-		if strings.Contains(s, "s3cret") || strings.Contains(s, "t0ken") {
+		if strings.Contains(s, "s3cret") || strings.Contains(s, "t0ken") || strings.Contains(s, c.HDFSKeytab) {
 			t.Errorf("secret leaked: %s", s)
 		}
 	}
