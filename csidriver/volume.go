@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 
@@ -200,6 +201,12 @@ func contains(list []string, s string) bool {
 // silently fall back to the node's own credentials); the error names the
 // key, never a value.
 func credentials(secrets map[string]string) (node.Credentials, error) {
+	if kt, ok := secrets["hdfs-keytab"]; ok {
+		// A Secret holds the keytab file's bytes; the table carries it
+		// base64-encoded.
+		secrets = maps.Clone(secrets)
+		secrets["hdfs-keytab"] = base64.StdEncoding.EncodeToString([]byte(kt))
+	}
 	c, err := node.CredentialsFromFields(secrets, false)
 	if err != nil {
 		return node.Credentials{}, fmt.Errorf("publish secrets: %w", err)

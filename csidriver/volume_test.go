@@ -3,6 +3,7 @@ package csidriver
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"log/slog"
 	"strings"
 	"testing"
@@ -80,6 +81,18 @@ func TestCredentials(t *testing.T) {
 	c, err = credentials(map[string]string{SecretS3AccessKeyID: "AKIA", SecretS3SecretAccessKey: "sec", SecretS3SessionToken: "tok"})
 	if err != nil || c != (node.Credentials{S3AccessKeyID: "AKIA", S3SecretAccessKey: "sec", S3SessionToken: "tok"}) {
 		t.Errorf("S3 secrets: %v, %v", c, err)
+	}
+	// A keytab is binary; it travels base64-encoded from here on.
+	kt := "\x05\x02\x00\x00\xffkeys"
+	c, err = credentials(map[string]string{"hdfs-principal": "alice@REALM", "hdfs-keytab": kt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := base64.StdEncoding.DecodeString(c.HDFSKeytab); string(got) != kt || c.HDFSPrincipal != "alice@REALM" {
+		t.Errorf("kerberos credentials %q %q", c.HDFSPrincipal, got)
+	}
+	if _, err := credentials(map[string]string{"hdfs-keytab": kt}); err == nil || !strings.Contains(err.Error(), "hdfs-principal") || strings.Contains(err.Error(), "keys") {
+		t.Errorf("a keytab without its principal: %v", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -44,8 +45,12 @@ type Credentials struct {
 	S3WebIdentityToken string
 
 	HDFSUser string
-	// Room for Kerberized HDFS (a keytab and its principal, or a ticket
-	// cache): a row of CredentialTable each, mapped in applyTo.
+	// Kerberized HDFS: the principal (user@REALM) and its keytab,
+	// base64-encoded so that every JSON form carries it intact. The
+	// backend gets the keytab's bytes in memory; it is never written to
+	// disk.
+	HDFSPrincipal string
+	HDFSKeytab    string
 }
 
 // CredentialField is one row of the credentials table.
@@ -78,6 +83,8 @@ func CredentialTable() []CredentialField {
 		{"s3-role-arn", false, "IAM role to assume with a web identity token (IRSA), arn:aws:iam::ACCOUNT:role/NAME", func(c *Credentials) *string { return &c.S3RoleARN }},
 		{"s3-web-identity-token", true, "the pod's service-account token (IRSA)", func(c *Credentials) *string { return &c.S3WebIdentityToken }},
 		{"hdfs-user", false, "HDFS user (simple authentication)", func(c *Credentials) *string { return &c.HDFSUser }},
+		{"hdfs-principal", false, "Kerberos principal of a secured HDFS cluster, user@REALM", func(c *Credentials) *string { return &c.HDFSPrincipal }},
+		{"hdfs-keytab", true, "the principal's keytab, base64 (a CSI secret holds the file's bytes)", func(c *Credentials) *string { return &c.HDFSKeytab }},
 	}
 }
 
@@ -179,6 +186,10 @@ func (c Credentials) Validate() error {
 	needs("s3-role-arn", c.S3RoleARN, "s3-web-identity-token", c.S3WebIdentityToken)
 	needs("s3-web-identity-token", c.S3WebIdentityToken, "s3-role-arn", c.S3RoleARN)
 	excl("S3", c.S3AccessKeyID != "", c.S3RoleARN != "")
+	both("hdfs-principal", "hdfs-keytab", c.HDFSPrincipal, c.HDFSKeytab)
+	if err := c.validKeytab(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -287,5 +298,17 @@ func (s *SecretCredentials) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	s.Credentials = c
+	return nil
+}
+
+// validKeytab checks the Kerberos keytab's form; the error never quotes
+// it.
+func (c Credentials) validKeytab() error {
+	if c.HDFSKeytab == "" {
+		return nil
+	}
+	if _, err := base64.StdEncoding.DecodeString(c.HDFSKeytab); err != nil {
+		return errors.New("credential hdfs-keytab is not valid base64")
+	}
 	return nil
 }

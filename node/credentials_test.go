@@ -19,7 +19,8 @@ func everyCredential(t *testing.T) []Credentials {
 		{OSSAccessKeyID: "LTAI-oss-id", OSSAccessKeySecret: "oss-secret-v4lue", OSSSecurityToken: "oss-sts-t0ken",
 			S3RoleARN: "arn:aws:iam::123456789012:role/train", S3WebIdentityToken: "eyJ-s3-web-identity-t0ken", HDFSUser: "alice"},
 		{OSSRoleARN: "acs:ram::1234:role/train", OSSOIDCProviderARN: "acs:ram::1234:oidc-provider/ack", OSSOIDCToken: "eyJ-oss-oidc-t0ken",
-			S3AccessKeyID: "AKIA-s3-id", S3SecretAccessKey: "s3-secret-v4lue", S3SessionToken: "s3-session-t0ken"},
+			S3AccessKeyID: "AKIA-s3-id", S3SecretAccessKey: "s3-secret-v4lue", S3SessionToken: "s3-session-t0ken",
+			HDFSPrincipal: "alice@MLFSD.TEST", HDFSKeytab: "BQIAAABrM3l0YWItYnl0ZXM="},
 	}
 	for _, f := range CredentialTable() {
 		set := false

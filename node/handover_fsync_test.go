@@ -207,9 +207,9 @@ func TestHandoverDoesNotFreezeForAnotherMountsFsync(t *testing.T) {
 
 	close(release)
 	released = true
-	if err := <-ddDone; err != nil {
-		t.Fatalf("dd (the durable fsync): %v", err)
-	}
+	// The fsync returns, then the freeze completes; dd's close that
+	// follows may reach the mount frozen, so dd ends only once the
+	// handover is aborted (thawed).
 	r := <-froze
 	f = &r
 	if f.err != nil {
@@ -217,6 +217,9 @@ func TestHandoverDoesNotFreezeForAnotherMountsFsync(t *testing.T) {
 	}
 	f.h.Abort()
 	f.h = nil
+	if err := <-ddDone; err != nil {
+		t.Fatalf("dd (the durable fsync): %v", err)
+	}
 	for _, o := range others {
 		probe(o, -1)
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -283,6 +284,15 @@ func (id *identity) applyTo(opt all.Options) all.Options {
 	}
 	if c.HDFSUser != "" {
 		opt.HDFS.User = c.HDFSUser
+	}
+	if c.HDFSKeytab != "" {
+		// Validated when the request arrived (Validate): the mount's own
+		// principal and keytab, never the node's keytab file or cache.
+		kt, _ := base64.StdEncoding.DecodeString(c.HDFSKeytab)
+		opt.HDFS.Kerberos.Keytab = kt
+		opt.HDFS.Kerberos.KeytabFile = ""
+		opt.HDFS.Kerberos.CCacheFile = ""
+		opt.HDFS.Kerberos.Principal = c.HDFSPrincipal
 	}
 	return opt
 }

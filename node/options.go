@@ -413,7 +413,8 @@ func Table() []Option {
 			"bound on the first contact with an S3 endpoint (connect and first answer), and on every connect after it",
 			func(s *Settings) *time.Duration { return &s.Backend.S3.ConnectTimeout }),
 
-		// HDFS. Authentication is SIMPLE: the user is a name, not a secret.
+		// HDFS. Authentication is SIMPLE (the user is a name, not a
+		// secret) or Kerberos (a keytab or a ticket cache).
 		strOpt("hdfs-user", GroupHDFS, ScopeMount, "",
 			"HDFS user to act as (default $HADOOP_USER_NAME, then the current user)",
 			func(s *Settings) *string { return &s.Backend.HDFS.User }),
@@ -423,6 +424,24 @@ func Table() []Option {
 		strOpt("hdfs-conf-dir", GroupHDFS, ScopeMount, "",
 			"Hadoop configuration directory, to resolve HA nameservices in hdfs:// URIs (default $HADOOP_CONF_DIR)",
 			func(s *Settings) *string { return &s.Backend.HDFS.ConfDir }),
+		// The Kerberos identity of the node is the administrator's to set:
+		// a mount request names no host file (its own keytab comes in its
+		// credentials).
+		strOpt("hdfs-principal", GroupHDFS, ScopeNode, "",
+			"Kerberos principal user@REALM to log in as with --hdfs-keytab (turns Kerberos on)",
+			func(s *Settings) *string { return &s.Backend.HDFS.Kerberos.Principal }),
+		strOpt("hdfs-keytab", GroupHDFS, ScopeNode, "",
+			"keytab file of --hdfs-principal; mlfsd logs in again before the ticket expires",
+			func(s *Settings) *string { return &s.Backend.HDFS.Kerberos.KeytabFile }),
+		strOpt("hdfs-ccache", GroupHDFS, ScopeNode, "",
+			"Kerberos ticket cache to use instead of a keytab (turns Kerberos on; default $KRB5CCNAME when hadoop.security.authentication=kerberos)",
+			func(s *Settings) *string { return &s.Backend.HDFS.Kerberos.CCacheFile }),
+		strOpt("hdfs-krb5-conf", GroupHDFS, ScopeNode, "",
+			"krb5.conf for Kerberos (default $KRB5_CONFIG, then /etc/krb5.conf)",
+			func(s *Settings) *string { return &s.Backend.HDFS.Kerberos.Krb5Conf }),
+		strOpt("hdfs-namenode-principal", GroupHDFS, ScopeMount, "",
+			"the NameNode's Kerberos principal, e.g. nn/_HOST@REALM (default dfs.namenode.kerberos.principal from the Hadoop configuration)",
+			func(s *Settings) *string { return &s.Backend.HDFS.Kerberos.ServicePrincipal }),
 		intOpt("hdfs-retries", GroupHDFS, ScopeMount, 5, 1, 1000,
 			"attempts for an HDFS operation that fails transiently",
 			func(s *Settings) *int { return &s.Backend.HDFS.Retries }),

@@ -1,6 +1,7 @@
 // Package hdfs is the mlfsd backend for hdfs:// URIs, over the
 // github.com/colinmarc/hdfs/v2 client (Hadoop RPC to the NameNode,
-// DataTransferProtocol to the DataNodes; SIMPLE authentication).
+// DataTransferProtocol to the DataNodes; SIMPLE or Kerberos authentication,
+// see Kerberos).
 //
 // Keys map to paths under the URI's directory. Directories are real HDFS
 // directories and list as objects with IsDir set. The version token is
@@ -91,6 +92,9 @@ type Options struct {
 	// UseDatanodeHostname connects to DataNodes by host name instead of IP
 	// (dfs.client.use.datanode.hostname).
 	UseDatanodeHostname bool
+	// Kerberos authenticates to a secured cluster; it is also turned on by
+	// hadoop.security.authentication=kerberos in the Hadoop configuration.
+	Kerberos Kerberos
 }
 
 func (o *Options) defaults() {
@@ -133,6 +137,7 @@ type backend struct {
 	prefer atomic.Int32
 	opt    Options
 	log    *slog.Logger
+	krb    *kerberosAuth // nil: SIMPLE authentication
 
 	// mu guards clients, next, idle and closed. The shared clients serve
 	// metadata calls and reads, round robin; one is replaced (nil until
@@ -163,7 +168,24 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 	if err != nil {
 		return nil, err
 	}
+	krb, err := newKerberosAuth(opt.Kerberos, opt.ConfDir)
+	if err != nil {
+		return nil, err
+	}
+	if krb != nil {
+		// Log in now, so a wrong keytab, an expired cache or an
+		// unreachable KDC fails the mount with its own error instead of
+		// as a NameNode that cannot be reached.
+		if _, err := krb.client(); err != nil {
+			return nil, err
+		}
+	}
 	usr := opt.User
+	if krb != nil {
+		// The NameNode acts for the authenticated principal, whatever
+		// name the client claims.
+		usr, _, _ = strings.Cut(krb.principal, "@")
+	}
 	if usr == "" {
 		usr = os.Getenv("HADOOP_USER_NAME")
 	}
@@ -181,6 +203,7 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 		addrs:   addrs,
 		user:    usr,
 		opt:     opt,
+		krb:     krb,
 		log:     log.With("backend", dir.String()),
 		clients: make([]*hdfs.Client, opt.Connections),
 	}
@@ -200,6 +223,11 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 		}
 		return err
 	})
+	if err != nil && nerr != nil && nerr.refused() {
+		// Reached, and turned away (a secured NameNode refusing SIMPLE
+		// authentication): not a transient failure.
+		return nil, fmt.Errorf("HDFS namenode %s refused the connection: %s: %w", strings.Join(addrs, ","), nerr.detail(), backends.ErrPermission)
+	}
 	if err != nil && nerr != nil {
 		n := fmt.Sprintf("%d attempts", attempts)
 		if attempts == 1 {
@@ -208,6 +236,9 @@ func New(ctx context.Context, u backends.URI, opt Options, log *slog.Logger) (ba
 		return nil, fmt.Errorf("cannot reach HDFS namenode %s (%s): %s: %w", strings.Join(addrs, ","), n, nerr.detail(), backends.ErrTransient)
 	}
 	if err != nil {
+		if krb != nil {
+			krb.close()
+		}
 		return nil, err
 	}
 	return b, nil
@@ -344,7 +375,7 @@ func (b *backend) connect(addr string) (*hdfs.Client, error) {
 			return newTimeoutConn(c, addr, b.opt.IOTimeout, first), nil
 		}
 	}
-	c, err := hdfs.NewClient(hdfs.ClientOptions{
+	co := hdfs.ClientOptions{
 		Addresses:           []string{addr},
 		User:                b.user,
 		UseDatanodeHostname: b.opt.UseDatanodeHostname,
@@ -352,9 +383,18 @@ func (b *backend) connect(addr string) (*hdfs.Client, error) {
 		// DataNode may first have to read from disk.
 		NamenodeDialFunc: dial(b.opt.ConnectTimeout),
 		DatanodeDialFunc: dial(0),
-	})
+	}
+	if b.krb != nil {
+		kc, err := b.krb.client()
+		if err != nil {
+			return nil, err
+		}
+		co.KerberosClient = kc
+		co.KerberosServicePrincipleName = b.krb.spn
+	}
+	c, err := hdfs.NewClient(co)
 	if err != nil {
-		return nil, err
+		return nil, b.authError(err)
 	}
 	// The library caches the server defaults on first use without a lock,
 	// and every block read consults them: fetch them now, before the
@@ -362,9 +402,19 @@ func (b *backend) connect(addr string) (*hdfs.Client, error) {
 	// This is also the NameNode's first answer.
 	if _, err := c.ServerDefaults(); err != nil {
 		c.Close()
-		return nil, err
+		return nil, b.authError(explain(err)) // a secured NameNode's refusal says why
 	}
 	return c, nil
+}
+
+// authError names the principal and the KDC in a failed authentication
+// to the NameNode. The library reports it as text ("SASL handshake: ..."),
+// on the connection's first call.
+func (b *backend) authError(err error) error {
+	if b.krb != nil && strings.Contains(err.Error(), "SASL handshake") {
+		return b.krb.describe("authenticating to the NameNode as "+b.krb.spn, err)
+	}
+	return err
 }
 
 // namenodeAttempt is what one NameNode did when a client tried it.
@@ -408,6 +458,21 @@ func (e *namenodesError) silent() bool {
 		}
 	}
 	return false
+}
+
+// refused reports whether every NameNode turned the client away
+// (AccessControlException, or a failed SASL authentication).
+func (e *namenodesError) refused() bool {
+	for _, t := range e.tried {
+		if strings.Contains(t.err.Error(), "SASL handshake") {
+			continue
+		}
+		var re hdfs.Error
+		if !errors.As(t.err, &re) || !strings.HasSuffix(re.Exception(), "AccessControlException") {
+			return false
+		}
+	}
+	return len(e.tried) > 0
 }
 
 func (e *namenodesError) Unwrap() []error {
@@ -559,6 +624,9 @@ func (b *backend) Close() error {
 		if err := c.Close(); err != nil && !errors.Is(err, net.ErrClosed) && first == nil {
 			first = err
 		}
+	}
+	if b.krb != nil {
+		b.krb.close()
 	}
 	return first
 }

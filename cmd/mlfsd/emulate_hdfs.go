@@ -18,6 +18,7 @@ func newEmulateHDFSCmd(a *app) *cobra.Command {
 	var (
 		opt                  hdfsemu.Options
 		blockSize, bandwidth string
+		keytab, principal    string
 	)
 	c := &cobra.Command{
 		Use:   "hdfs --root DIR [--listen 127.0.0.1:8020]",
@@ -30,7 +31,12 @@ data can be seeded and checked with ordinary file tools.
 
 Point mlfsd at it with hdfs://ADDR/path/. The NameNode URI is printed on stdout
 once both servers listen. Authentication is SIMPLE (any user; --superuser is
-exempt from permission checks, everyone else gets the tree's mode bits).`,
+exempt from permission checks, everyone else gets the tree's mode bits).
+
+With --keytab and --principal the NameNode is secured as a Kerberized one:
+clients must authenticate with SASL/GSSAPI, presenting a service ticket for
+--principal that the keytab verifies; SIMPLE clients are refused. The user
+that permission checks see is the principal's first component.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opt.Root == "" {
@@ -53,6 +59,16 @@ exempt from permission checks, everyone else gets the tree's mode bits).`,
 			if err := opt.Faults.Validate(); err != nil {
 				return fmt.Errorf("emulate hdfs: %w", err)
 			}
+			if (keytab == "") != (principal == "") {
+				return errors.New("emulate hdfs: --keytab and --principal go together (the NameNode's keytab and its nn/HOST@REALM principal)")
+			}
+			if keytab != "" {
+				k, err := hdfsemu.LoadKerberos(keytab, principal)
+				if err != nil {
+					return fmt.Errorf("emulate hdfs: %w", err)
+				}
+				opt.Kerberos = k
+			}
 			opt.Log = a.log
 			srv, err := hdfsemu.New(opt)
 			if err != nil {
@@ -64,7 +80,8 @@ exempt from permission checks, everyone else gets the tree's mode bits).`,
 			a.log.Info("HDFS emulator serving", "namenode", srv.Addr(), "datanode", srv.DataNodeAddr(),
 				"root", opt.Root, "block_size", srv.BlockSize(), "ttfb", opt.Faults.TTFB,
 				"conn_bandwidth", opt.Faults.Bandwidth, "error_rate", opt.Faults.ErrorRate,
-				"drop_rate", opt.Faults.DropRate, "rpc_error_rate", opt.Faults.RPCErrorRate, "rpc_drop_rate", opt.Faults.RPCDropRate, "seed", opt.Faults.Seed)
+				"drop_rate", opt.Faults.DropRate, "rpc_error_rate", opt.Faults.RPCErrorRate, "rpc_drop_rate", opt.Faults.RPCDropRate, "seed", opt.Faults.Seed,
+				"kerberos_principal", principal)
 			fmt.Fprintf(a.stdout, "hdfs://%s/\n", srv.Addr())
 			<-ctx.Done()
 			srv.Close()
@@ -79,6 +96,8 @@ exempt from permission checks, everyone else gets the tree's mode bits).`,
 	f.StringVar(&blockSize, "block-size", "128MiB", "HDFS block size (a multiple of 512 bytes)")
 	f.IntVar(&opt.ListingLimit, "listing-limit", hdfsemu.DefaultListingLimit, "entries per getListing page (dfs.ls.limit)")
 	f.StringVar(&opt.Superuser, "superuser", "", "HDFS superuser, exempt from permission checks (default: the user running the emulator)")
+	f.StringVar(&keytab, "keytab", "", "keytab of the NameNode's principal: require Kerberos (SASL/GSSAPI) from every client")
+	f.StringVar(&principal, "principal", "", "the NameNode's service principal nn/HOST@REALM (with --keytab)")
 	f.BoolVar(&opt.SafeMode, "safe-mode", false, "start in safe mode: every namespace change fails with SafeModeException")
 	f.DurationVar(&opt.Faults.TTFB, "ttfb", 0, "delay before every NameNode answer and the first byte of every block transfer, e.g. 20ms")
 	f.StringVar(&bandwidth, "conn-bandwidth", "", "DataNode bandwidth per connection and direction, e.g. 100MB/s (default unlimited)")

@@ -198,6 +198,9 @@ func TestEmulateHDFSBadFlags(t *testing.T) {
 		{[]string{"emulate", "hdfs", "--root", t.TempDir(), "--drop-rate", "2"}, "drop rate"},
 		{[]string{"emulate", "hdfs", "--root", filepath.Join(t.TempDir(), "missing")}, "root"},
 		{[]string{"emulate", "hdfs", "--root", t.TempDir(), "--conn-bandwidth", "fast"}, "--conn-bandwidth"},
+		{[]string{"emulate", "hdfs", "--root", t.TempDir(), "--keytab", "/nonexistent"}, "--principal"},
+		{[]string{"emulate", "hdfs", "--root", t.TempDir(), "--keytab", "/nonexistent", "--principal", "nn@R"}, "nn/HOST@REALM"},
+		{[]string{"emulate", "hdfs", "--root", t.TempDir(), "--keytab", "/nonexistent", "--principal", "nn/h@R"}, "/nonexistent"},
 	} {
 		code, _, stderr := runMlfsd(t, tc.args...)
 		if code == 0 || !strings.Contains(stderr, tc.want) {

@@ -3,7 +3,7 @@
 // backend) can be tested, demonstrated and benchmarked without a cluster.
 //
 // It runs one NameNode (ClientNamenodeProtocol over Hadoop RPC v9, SIMPLE
-// authentication) and one DataNode (DataTransferProtocol v28: READ_BLOCK and
+// authentication, or Kerberos through SASL/GSSAPI with Options.Kerberos) and one DataNode (DataTransferProtocol v28: READ_BLOCK and
 // WRITE_BLOCK with packets, CRC32C chunk checksums and pipeline acks, and
 // BLOCK_CHECKSUM as Hadoop computes it, so a client's file checksum is
 // Hadoop's MD5-of-MD5-of-CRC32C, or a composite CRC when asked).
@@ -25,7 +25,8 @@
 // dropped in the middle of a block, retriable NameNode errors and NameNode
 // connections closed instead of an answer.
 //
-// Not emulated: Kerberos/SASL, block tokens, replication, snapshots, xattrs,
+// Not emulated: SASL integrity and privacy (hadoop.rpc.protection other
+// than authentication), delegation tokens, proxy users, block tokens, replication, snapshots, xattrs,
 // ACLs, encryption zones and erasure coding (the NameNode answers those
 // methods with RpcNoSuchMethodException).
 package hdfsemu
@@ -74,6 +75,9 @@ type Options struct {
 	// SafeMode starts the NameNode in safe mode: every namespace change
 	// fails with SafeModeException until SetSafeMode(false).
 	SafeMode bool
+	// Kerberos, when set, secures the NameNode: clients must authenticate
+	// with Kerberos (SASL/GSSAPI) and SIMPLE clients are refused.
+	Kerberos *Kerberos
 	// Faults injects latency, throttling and errors.
 	Faults Faults
 	// Log receives one line per served connection error; nil discards.

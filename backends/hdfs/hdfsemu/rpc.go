@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -27,6 +28,11 @@ const (
 type session struct {
 	conn net.Conn
 	user string
+	// principal is the Kerberos principal the client authenticated as
+	// ("" with SIMPLE authentication); user is then its short name.
+	principal string
+	// denied, when set, fails every call (an impersonation attempt).
+	denied string
 	// localIP is the address the client reached us at.
 	localIP string
 	// clients are the client names that created or appended files over
@@ -46,16 +52,27 @@ func (s *Server) serveNameNode(c net.Conn) {
 		s.log.Warn("hdfsemu: namenode: not a Hadoop RPC v9 client", "remote", c.RemoteAddr())
 		return
 	}
-	if pre[6] != authNone {
-		s.log.Warn("hdfsemu: namenode: only SIMPLE authentication is emulated (no Kerberos/SASL)", "remote", c.RemoteAddr())
+	w := bufio.NewWriter(c)
+	sess := &session{conn: c, clients: map[string]bool{}}
+	switch {
+	case s.opt.Kerberos != nil && pre[6] == authSASL:
+		p, err := s.authenticate(r, w)
+		if err != nil {
+			s.log.Warn("hdfsemu: namenode: authentication failed", "remote", c.RemoteAddr(), "err", err)
+			return
+		}
+		sess.principal = p
+	case s.opt.Kerberos != nil:
+		s.refuseSimple(r, w)
+		return
+	case pre[6] != authNone:
+		s.log.Warn("hdfsemu: namenode: SASL offered but the emulator runs without --keytab (SIMPLE authentication)", "remote", c.RemoteAddr())
 		return
 	}
-	sess := &session{conn: c, clients: map[string]bool{}}
 	defer s.recoverLeases(sess)
 	if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
 		sess.localIP = a.IP.String()
 	}
-	w := bufio.NewWriter(c)
 	for {
 		frame, err := readFrame(r)
 		if err != nil {
@@ -89,6 +106,17 @@ func (s *Server) serveNameNode(c net.Conn) {
 			if sess.user == "" {
 				sess.user = cc.GetUserInfo().GetRealUser()
 			}
+			if sess.principal != "" {
+				// The principal decides who the client is; a different
+				// effective user would be impersonation (proxy users),
+				// which is not emulated.
+				short := shortName(sess.principal)
+				name, _, _ := strings.Cut(sess.principal, "@")
+				if u := sess.user; u != "" && u != short && u != name && u != sess.principal {
+					sess.denied = fmt.Sprintf("User: %s is not allowed to impersonate %s", sess.principal, sess.user)
+				}
+				sess.user = short
+			}
 			continue
 		}
 		if hdr.GetCallId() < 0 {
@@ -104,7 +132,9 @@ func (s *Server) serveNameNode(c net.Conn) {
 				if len(msgs) > 2 {
 					body = msgs[2]
 				}
-				if rh.GetDeclaringClassProtocolName() != clientProtocol {
+				if sess.denied != "" {
+					err = &remoteError{class: exAccessControl, msg: sess.denied}
+				} else if rh.GetDeclaringClassProtocolName() != clientProtocol {
 					err = &remoteError{class: "org.apache.hadoop.ipc.RpcNoSuchProtocolException", msg: "unknown protocol " + rh.GetDeclaringClassProtocolName()}
 				} else if s.chance(s.opt.Faults.RPCErrorRate) {
 					err = rerr(exRetriable, "injected fault: %s", rh.GetMethodName())
