@@ -12,17 +12,20 @@
 // from b, and a block read whole from b is written to the tier behind the
 // reader (a bounded queue; dropped, and counted, when full). The tier never
 // turns a read that the source can answer into an error, and never serves a
-// block whose header and checksum do not match what was asked (format.go).
+// block whose header, checksum and MAC (under the key the cluster's nodes
+// share) do not match what was asked, or that is shorter than the range
+// read says the object is there (format.go).
 //
 // Blocks are keyed by (source identity, key, version, block index), so a
 // changed object is never served stale. An object no larger than a block is
-// one block: stored whole, in one object. The tier's size is bounded by a
-// sweep that one node at a time runs under a lease (sweep.go), or by the
-// store's own lifecycle rule. On a store with a conditional create, nodes
+// one block: stored whole, in one object. The tier's size is bounded at
+// write time by each node's count of it (bound.go), and by a sweep that one
+// node at a time runs under a lease (sweep.go), or by the store's own
+// lifecycle rule. On a store with a conditional create, nodes
 // that miss the same blocks at once read each from the source once: one
 // claims it, the others wait for it in the tier (flight.go).
 //
-// Lock order: Tier.mu is a leaf.
+// Lock order: Tier.mu and bound.mu are leaves.
 package sharedcache
 
 import (
