@@ -183,6 +183,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("shared cache: block size %d is below 4096", o.BlockSize)
 	case o.MaxBytes < 0:
 		return o, fmt.Errorf("shared cache: size bound %d is negative", o.MaxBytes)
+	case o.MaxBytes > 0 && o.MaxBytes < 2*(o.BlockSize+maxHeader):
+		// Kept at write time, a bound this small would hold no block,
+		// or one, swept away at the next.
+		return o, fmt.Errorf("shared cache: size bound %d holds fewer than two blocks of %d bytes; give at least %d, or 0 for no bound", o.MaxBytes, o.BlockSize, 2*(o.BlockSize+maxHeader))
 	case o.QueueBytes < o.BlockSize:
 		return o, fmt.Errorf("shared cache: write queue %d holds no block of %d bytes", o.QueueBytes, o.BlockSize)
 	case o.Timeout < 0 || o.WriteTimeout < 0 || o.Backoff < 0 || o.Writers < 0 || o.FlightTTL < 0 || o.FlightWait < 0:
