@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/mlfsd/mlfsd/backends"
 )
 
@@ -229,5 +232,107 @@ func TestBoundKeptAtWriteTime(t *testing.T) {
 	most, maxBytes, blockObj, _ = boundRun(t, true)
 	if most <= maxBytes+blockObj {
 		t.Errorf("without the write-time bound the tier took %d bytes at most, within its bound %d: the test proves nothing", most, maxBytes)
+	}
+}
+
+// TestForgedBlockCountedAndReplaced: a block rewritten with other bytes, a
+// valid header and CRC and a MAC under another key is not served: the
+// reader gets the source's bytes, the block is counted as corrupt and
+// unauthenticated (in Stats and on the node's metrics), and the reader's
+// fetch replaces it, so the next node reads it from the tier.
+func TestForgedBlockCountedAndReplaced(t *testing.T) {
+	const bs = 64 << 10
+	src := nasStore(t)
+	t.Cleanup(func() { src.Close() })
+	store := nasStore(t)
+	t.Cleanup(func() { store.Close() })
+	data := bytes.Repeat([]byte("source bytes "), bs/13+1)[:bs]
+	w, err := src.Write(t.Context(), "obj", backends.WriteOptions{SizeHint: bs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(data)
+	info, err := w.Commit(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := testOptions(bs)
+	opt.NoSingleFlight = true // no claim markers: the second node reads at once
+	node := func() *Tier {
+		tier, err := New(nopClose{store}, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tier.Close() })
+		return tier
+	}
+	read := func(tier *Tier) []byte {
+		r, err := tier.Through(src).Read(t.Context(), "obj", backends.ReadOptions{Length: bs, IfVersion: info.Version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		got := make([]byte, 0, bs)
+		buf := make([]byte, bs)
+		for {
+			n, err := r.Read(buf)
+			got = append(got, buf[:n]...)
+			if err != nil {
+				break
+			}
+		}
+		if err := tier.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	read(node())
+	name := blockName(src.ID(), "obj", info.Version, 0)
+	r, err := store.Read(t.Context(), name, backends.ReadOptions{Length: -1})
+	if err != nil {
+		t.Fatalf("the block was not written to the tier: %v", err)
+	}
+	obj := make([]byte, 0, 2*bs)
+	for buf := make([]byte, bs); ; {
+		n, err := r.Read(buf)
+		obj = append(obj, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	r.Close()
+	forgedObj := forge(obj, bs, false, func(d []byte) []byte { return bytes.Repeat([]byte("X"), len(d)) })
+	fw, err := store.Write(t.Context(), name, backends.WriteOptions{SizeHint: int64(len(forgedObj))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw.Write(forgedObj)
+	if _, err := fw.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	second := node()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(second.Collector())
+	if got := read(second); !bytes.Equal(got, data) {
+		t.Fatalf("read over a forged block: %.20q..., want the source's %.20q...", got, data)
+	}
+	if st := second.Stats(); st.Corrupt != 1 || st.Unauthenticated != 1 || st.Hits != 0 || st.Writes != 1 {
+		t.Errorf("after one forged block: %+v; want 1 corrupt, 1 unauthenticated, no hit, 1 write (the replacement)", st)
+	}
+	want := strings.NewReader(fmt.Sprintf(`# HELP %s Blocks of the shared cache tier whose MAC did not verify under the cluster's key: forged, or written by another cluster (counted in corrupt blocks too).
+# TYPE %s counter
+%s{store=%q} 1
+`, MetricUnauthenticated, MetricUnauthenticated, MetricUnauthenticated, store.ID()))
+	if err := testutil.GatherAndCompare(reg, want, MetricUnauthenticated); err != nil {
+		t.Error(err)
+	}
+
+	third := node()
+	if got := read(third); !bytes.Equal(got, data) {
+		t.Fatal("read after the forged block was replaced: not the source's bytes")
+	}
+	if st := third.Stats(); st.Hits != 1 || st.Corrupt != 0 {
+		t.Errorf("the node after the replacement: %+v; want the block from the tier (1 hit, none corrupt)", st)
 	}
 }
