@@ -113,8 +113,10 @@ func (t *Tier) admit(n int64) bool {
 	return false
 }
 
-// listBlocks lists every block object of the tier.
-func (t *Tier) listBlocks(ctx context.Context) (objs []backends.ObjectInfo, total int64, err error) {
+// listBlocks lists every block object of the tier and their total size;
+// keep: returns them too (a count needs the total alone, and a tier of
+// millions of blocks would hold a listing of hundreds of MB).
+func (t *Tier) listBlocks(ctx context.Context, keep bool) (objs []backends.ObjectInfo, total int64, err error) {
 	opt := backends.ListOptions{Prefix: blocksPrefix, Recursive: true}
 	for {
 		page, err := t.store.List(ctx, opt)
@@ -123,7 +125,9 @@ func (t *Tier) listBlocks(ctx context.Context) (objs []backends.ObjectInfo, tota
 		}
 		for _, o := range page.Objects {
 			if !o.IsDir {
-				objs = append(objs, o)
+				if keep {
+					objs = append(objs, o)
+				}
 				total += o.Size
 			}
 		}
@@ -137,7 +141,7 @@ func (t *Tier) listBlocks(ctx context.Context) (objs []backends.ObjectInfo, tota
 // count sets the bound's count from a listing of the tier.
 func (t *Tier) count(ctx context.Context) error {
 	mark := t.bound.mark()
-	_, total, err := t.listBlocks(ctx)
+	_, total, err := t.listBlocks(ctx, false)
 	if err != nil {
 		return err
 	}

@@ -130,7 +130,7 @@ func (t *Tier) sweep(ctx context.Context, makeRoom bool) (SweepResult, error) {
 		return res, err
 	}
 	mark := t.bound.mark()
-	objs, total, err := t.listBlocks(ctx)
+	objs, total, err := t.listBlocks(ctx, true)
 	if err != nil {
 		return res, err
 	}
