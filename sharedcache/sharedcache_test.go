@@ -82,9 +82,13 @@ func forge(obj []byte, blockSize int64, withKey bool, change func([]byte) []byte
 	return append(encodeHeader(key, blockSize, h, data), data...)
 }
 
-// testOptions: a short deadline, since the suite's slow store never answers.
+// testOptions: a short deadline, since the suite's slow store never answers,
+// and a short wait for a block another node claimed: the corruption tests
+// leave the first node's claims live over blocks they spoil, and each
+// waits that long once before it reads the source.
 func testOptions(bs int64) Options {
-	return Options{Key: testKey, BlockSize: bs, Timeout: 300 * time.Millisecond, Backoff: 200 * time.Millisecond, QueueBytes: 64 << 20}
+	return Options{Key: testKey, BlockSize: bs, Timeout: 300 * time.Millisecond, Backoff: 200 * time.Millisecond, QueueBytes: 64 << 20,
+		FlightWait: 300 * time.Millisecond}
 }
 
 // nopClose keeps a tier from closing the store its sub-test shares with
