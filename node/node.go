@@ -210,6 +210,13 @@ func New(ctx context.Context, opt Options) (*Node, error) {
 	if err := opt.Settings.Validate(); err != nil {
 		return nil, err
 	}
+	if sh := opt.Settings.Shared; sh.URI != "" || sh.KeyFile != "" {
+		// Refused here, not at the first mount: a daemon set up without
+		// the tier's key, or with a bad one, says so when it starts.
+		if _, err := tierKey(sh); err != nil {
+			return nil, err
+		}
+	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}

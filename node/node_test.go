@@ -18,11 +18,20 @@ import (
 // temp dir, closed (and everything unmounted) when the test ends.
 func newTestNode(t *testing.T, stateDir string) *Node {
 	t.Helper()
+	return newTestNodeWith(t, stateDir, nil)
+}
+
+// newTestNodeWith is newTestNode with its settings changed by set first.
+func newTestNodeWith(t *testing.T, stateDir string, set func(*Settings)) *Node {
+	t.Helper()
 	s := Defaults()
 	s.Cache.Dir = t.TempDir()
 	s.Cache.MemoryBytes = 64 << 20
 	s.Cache.FreeFloorBytes = 0
 	s.Output.StagingDir = t.TempDir()
+	if set != nil {
+		set(&s)
+	}
 	n, err := New(t.Context(), Options{Settings: s, StateDir: stateDir, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)

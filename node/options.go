@@ -41,6 +41,10 @@ type SharedCacheSettings struct {
 	MaxBytes int64
 	// Timeout bounds one block read from the tier.
 	Timeout time.Duration
+	// KeyFile holds the secret the cluster's nodes share, under which
+	// every block of the tier carries a MAC (node-wide: a mount request
+	// cannot name it). Required whenever a tier is used.
+	KeyFile string
 }
 
 // InputSettings configure each input mount (mount-scope).
@@ -305,6 +309,9 @@ func Table() []Option {
 		durOpt("shared-cache-timeout", GroupCache, ScopeMount, time.Second,
 			"deadline of one block read from the shared cache tier; past it (or on any error) the block is read from the source",
 			func(s *Settings) *time.Duration { return &s.Shared.Timeout }),
+		strOpt("shared-cache-key-file", GroupCache, ScopeNode, "",
+			"file holding the secret key every node of the cluster shares (at least 16 bytes, e.g. a Kubernetes Secret mounted as a file): each block of the shared cache tier carries an HMAC-SHA256 under it, checked on every read, so a block anyone else wrote is never served; required with --shared-cache",
+			func(s *Settings) *string { return &s.Shared.KeyFile }),
 
 		// OSS. Access keys are never options: they come from the
 		// environment, a credentials file, or a mount request's Credentials.

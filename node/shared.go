@@ -52,7 +52,13 @@ func (s *sharedTiers) through(ctx context.Context, b backends.Backend, set Setti
 		}
 		return st.t.Through(b), nil
 	}
-	t, err := openTier(ctx, sh, set.Backend, s.log)
+	key, err := tierKey(sh)
+	if err != nil {
+		// Not a store that is down: a node set up wrong. The mount
+		// fails, saying what to give.
+		return nil, err
+	}
+	t, err := openTier(ctx, sh, key, set.Backend, s.log)
 	if err != nil {
 		s.log.Warn("shared cache unavailable; this mount reads from its source", "shared_cache", sh.URI, "err", err)
 		return b, nil
@@ -67,7 +73,7 @@ func (s *sharedTiers) through(ctx context.Context, b backends.Backend, set Setti
 
 // openTier opens the tier's store with few retries and short deadlines:
 // the tier is worth using only while it answers faster than the source.
-func openTier(ctx context.Context, sh SharedCacheSettings, bopt all.Options, log *slog.Logger) (*sharedcache.Tier, error) {
+func openTier(ctx context.Context, sh SharedCacheSettings, key []byte, bopt all.Options, log *slog.Logger) (*sharedcache.Tier, error) {
 	u, err := backends.ParseURI(sh.URI)
 	if err != nil {
 		return nil, err
@@ -84,6 +90,7 @@ func openTier(ctx context.Context, sh SharedCacheSettings, bopt all.Options, log
 		return nil, err
 	}
 	t, err := sharedcache.New(store, sharedcache.Options{
+		Key:       key,
 		BlockSize: cache.DefaultOptions().BlockSize, // the node cache's: its reads map onto whole blocks
 		MaxBytes:  sh.MaxBytes,
 		Timeout:   sh.Timeout,
@@ -94,6 +101,19 @@ func openTier(ctx context.Context, sh SharedCacheSettings, bopt all.Options, log
 		return nil, err
 	}
 	return t, nil
+}
+
+// tierKey reads the MAC key of the tier sh names (every tier of the node
+// has the one key: the cluster's).
+func tierKey(sh SharedCacheSettings) ([]byte, error) {
+	if sh.KeyFile == "" {
+		return nil, fmt.Errorf("shared cache %s: no key: give --shared-cache-key-file, a file holding the secret every node of the cluster shares (e.g. a Kubernetes Secret mounted as a file; head -c 32 /dev/urandom | base64 makes one)", sh.URI)
+	}
+	key, err := sharedcache.LoadKey(sh.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--shared-cache-key-file: %w", err)
+	}
+	return key, nil
 }
 
 // close closes every tier.

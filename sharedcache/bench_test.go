@@ -22,6 +22,9 @@ import (
 	"github.com/mlfsd/mlfsd/sharedcache"
 )
 
+// benchKey is the MAC key of the benchmarks' tiers.
+var benchKey = []byte("mlfsd-sharedcache-bench-key-0123456789")
+
 // BenchmarkNodesThroughSharedTier: N simulated nodes (each a node cache
 // with its own disk dir) read one dataset cold through one shared tier.
 // The source is an OSS emulator modelling a remote store (20 ms to first
@@ -193,7 +196,7 @@ func benchNodes(b *testing.B, n int, sched string, flight bool) {
 				store.Close()
 				store = openNAS(b, filepath.Join(tierRoot, "tier"))
 			}
-			t, err := sharedcache.New(store, sharedcache.Options{NoSingleFlight: !flight})
+			t, err := sharedcache.New(store, sharedcache.Options{Key: benchKey, NoSingleFlight: !flight})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -392,7 +395,7 @@ func BenchmarkSingleNodeFlightCost(b *testing.B) {
 		tierRoot := b.TempDir()
 		os.Mkdir(filepath.Join(tierRoot, "tier"), 0o755)
 		_, tierEP := ossemutest.Start(b, tierRoot, ossemu.Options{})
-		t, err := sharedcache.New(openOSS(b, "oss://tier/mlfsd/", tierEP, 2), sharedcache.Options{NoSingleFlight: !flight})
+		t, err := sharedcache.New(openOSS(b, "oss://tier/mlfsd/", tierEP, 2), sharedcache.Options{Key: benchKey, NoSingleFlight: !flight})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -568,7 +571,7 @@ func benchFollower(b *testing.B, kind string, fuse bool) {
 			} else {
 				store = openOSS(b, "oss://tier/mlfsd/", ep, 2)
 			}
-			t, err := sharedcache.New(store, sharedcache.Options{})
+			t, err := sharedcache.New(store, sharedcache.Options{Key: benchKey})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -117,7 +117,7 @@ func (fs *flightSource) readShards(t *testing.T, b backends.Backend, rangeSize i
 
 // flightOptions are a node's options for the single-flight tests.
 func flightOptions(holder string) Options {
-	return Options{BlockSize: 256 << 10, Timeout: 2 * time.Second, Holder: holder, QueueBytes: 64 << 20}
+	return Options{Key: testKey, BlockSize: 256 << 10, Timeout: 2 * time.Second, Holder: holder, QueueBytes: 64 << 20}
 }
 
 // markers lists the claim markers left in the store.
@@ -293,7 +293,7 @@ func TestSweepDropsOldMarkers(t *testing.T) {
 	store := nasStore(t)
 	t.Cleanup(func() { store.Close() })
 	var skew atomic.Int64
-	opt := Options{MaxBytes: 1 << 30, SweepEvery: time.Hour, LeaseTTL: time.Hour, Holder: "node-a",
+	opt := Options{Key: testKey, MaxBytes: 1 << 30, SweepEvery: time.Hour, LeaseTTL: time.Hour, Holder: "node-a",
 		clock: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }}
 	tier, err := New(nopClose{store}, opt)
 	if err != nil {

@@ -4,10 +4,15 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metric names, for dashboards and tests (the node registry serves them).
 const (
-	MetricHits        = "mlfsd_shared_cache_hits_total"
-	MetricHitBytes    = "mlfsd_shared_cache_hit_bytes_total"
-	MetricMisses      = "mlfsd_shared_cache_misses_total"
-	MetricCorrupt     = "mlfsd_shared_cache_corrupt_blocks_total"
+	MetricHits     = "mlfsd_shared_cache_hits_total"
+	MetricHitBytes = "mlfsd_shared_cache_hit_bytes_total"
+	MetricMisses   = "mlfsd_shared_cache_misses_total"
+	MetricCorrupt  = "mlfsd_shared_cache_corrupt_blocks_total"
+	// MetricUnauthenticated counts the corrupt blocks whose MAC did not
+	// verify: written by something without the cluster's key.
+	MetricUnauthenticated = "mlfsd_shared_cache_unauthenticated_blocks_total"
+	// MetricFull counts blocks not written at the size bound.
+	MetricFull        = "mlfsd_shared_cache_full_blocks_total"
 	MetricFallbacks   = "mlfsd_shared_cache_fallbacks_total"
 	MetricWrites      = "mlfsd_shared_cache_writes_total"
 	MetricWriteBytes  = "mlfsd_shared_cache_written_bytes_total"
@@ -36,12 +41,14 @@ func (t *Tier) Collector() prometheus.Collector {
 		d(MetricHits, "Blocks served from the shared cache tier."),
 		d(MetricHitBytes, "Bytes served from the shared cache tier."),
 		d(MetricMisses, "Blocks looked up in the shared cache tier and not found (corrupt ones included)."),
-		d(MetricCorrupt, "Blocks of the shared cache tier that failed their header or checksum check (read from the source instead, and overwritten)."),
+		d(MetricCorrupt, "Blocks of the shared cache tier that failed their header, length, checksum or MAC check (read from the source instead, and overwritten)."),
+		d(MetricUnauthenticated, "Blocks of the shared cache tier whose MAC did not verify under the cluster's key: forged, or written by another cluster (counted in corrupt blocks too)."),
 		d(MetricFallbacks, "Reads sent to the source because the shared cache tier failed, timed out or was backing off after a failure."),
 		d(MetricWrites, "Blocks written to the shared cache tier."),
 		d(MetricWriteBytes, "Block bytes written to the shared cache tier."),
 		d(MetricWriteErrors, "Block writes to the shared cache tier that failed."),
 		d(MetricDropped, "Blocks not written to the shared cache tier: its write queue was full or it was failing."),
+		d(MetricFull, "Blocks not written to the shared cache tier because they would have taken it past its size bound."),
 		d(MetricSweeps, "Size-bound sweeps of the shared cache tier this node ran under the lease."),
 		d(MetricSweptBytes, "Bytes those sweeps deleted."),
 		d(MetricFlightsWon, "Blocks this node claimed cluster-wide (single flight) and read from the source."),
@@ -58,8 +65,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.t.Stats()
-	for i, v := range []int64{s.Hits, s.HitBytes, s.Misses, s.Corrupt, s.Fallbacks, s.Writes, s.WriteBytes,
-		s.WriteErrors, s.Dropped, s.Sweeps, s.SweptBytes, s.FlightsWon, s.FlightWaits, s.FlightTimeouts} {
+	for i, v := range []int64{s.Hits, s.HitBytes, s.Misses, s.Corrupt, s.Unauthenticated, s.Fallbacks, s.Writes, s.WriteBytes,
+		s.WriteErrors, s.Dropped, s.Full, s.Sweeps, s.SweptBytes, s.FlightsWon, s.FlightWaits, s.FlightTimeouts} {
 		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(v))
 	}
 }

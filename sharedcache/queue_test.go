@@ -34,7 +34,7 @@ func TestWriteQueueNeverSlowsReader(t *testing.T) {
 	store := &stuckStore{Backend: nasStore(t), release: make(chan struct{})}
 	t.Cleanup(func() { store.Backend.Close() })
 	const bs = 64 << 10
-	tier, err := New(nopClose{store}, Options{BlockSize: bs, QueueBytes: 2 * bs, Writers: 1})
+	tier, err := New(nopClose{store}, Options{Key: testKey, BlockSize: bs, QueueBytes: 2 * bs, Writers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

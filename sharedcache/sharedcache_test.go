@@ -1,7 +1,10 @@
 package sharedcache
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,9 +59,36 @@ func ossStore(t *testing.T) backends.Backend {
 	return b
 }
 
-// testOptions: a short deadline, since the suite's slow store never answers.
+// testKey is the MAC key of the tests' tiers.
+var testKey = []byte("mlfsd-sharedcache-test-key-0123456789")
+
+// forge is the harness's Forge (sharedtest.Harness): obj with its data
+// changed, re-encoded with a matching header and CRC, its MAC under testKey
+// or under another key; any other object of the store as it is.
+func forge(obj []byte, blockSize int64, withKey bool, change func([]byte) []byte) []byte {
+	if len(obj) < len(magic)+4 || string(obj[:len(magic)]) != magic {
+		return obj // a single-flight claim marker or the sweep lease
+	}
+	hl := int(binary.BigEndian.Uint32(obj[len(magic):]))
+	var h header
+	if err := json.Unmarshal(obj[len(magic)+4:len(magic)+4+hl], &h); err != nil {
+		panic(err)
+	}
+	data := change(bytes.Clone(obj[len(magic)+4+hl:]))
+	key := []byte("someone-else-s-key-not-the-clusters")
+	if withKey {
+		key = testKey
+	}
+	return append(encodeHeader(key, blockSize, h, data), data...)
+}
+
+// testOptions: a short deadline, since the suite's slow store never answers,
+// and a short wait for a block another node claimed: the corruption tests
+// leave the first node's claims live over blocks they spoil, and each
+// waits that long once before it reads the source.
 func testOptions(bs int64) Options {
-	return Options{BlockSize: bs, Timeout: 300 * time.Millisecond, Backoff: 200 * time.Millisecond, QueueBytes: 64 << 20}
+	return Options{Key: testKey, BlockSize: bs, Timeout: 300 * time.Millisecond, Backoff: 200 * time.Millisecond, QueueBytes: 64 << 20,
+		FlightWait: 300 * time.Millisecond}
 }
 
 // nopClose keeps a tier from closing the store its sub-test shares with
@@ -89,6 +119,7 @@ func harness(store func(*testing.T) backends.Backend, mutate func(*Options)) sha
 			t.Cleanup(func() { tier.Close() })
 			return tier
 		},
+		Forge: forge,
 	}
 }
 
@@ -129,6 +160,10 @@ var mutants = map[string]struct {
 	"no-verify-direct": {func(o *Options) { o.noVerifyDirect = true }, []string{"CorruptFlipped"}},
 	"no-version":       {func(o *Options) { o.noVersion = true }, []string{"NewVersionNotStale"}},
 	"no-authz":         {func(o *Options) { o.noAuthz = true }, []string{"RefusedSourceGetsNothing"}},
+	// Header and CRC checked, the MAC not: a block anyone wrote is served.
+	"no-mac": {func(o *Options) { o.noMAC = true }, []string{"ForgedBlock"}},
+	// A block shorter than the range says the object is there is served.
+	"no-length-check": {func(o *Options) { o.noLengthCheck = true }, []string{"ForgedShortBlock"}},
 	// A deadline the slow store outlasts: the suite's own timeout (far
 	// above this test's child deadline) is what catches it.
 	"no-deadline": {func(o *Options) { o.Timeout = time.Hour }, []string{"StoreSlow"}},
@@ -147,7 +182,8 @@ func TestMutantChild(t *testing.T) {
 }
 
 // TestSuiteCatchesMutants proves the suite fails on broken tiers: one that
-// serves blocks without checking them, one that skips the checksum of the
+// serves blocks without checking them, one that checks all but their MAC,
+// one that serves a block shorter than the object holds there, one that skips the checksum of the
 // blocks it reads straight into the caller's buffer, one that keys blocks
 // without the version, one that serves blocks to credentials the source
 // refuses, one with no deadline on the store.

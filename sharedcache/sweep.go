@@ -55,22 +55,47 @@ type lease struct {
 	Expires time.Time `json:"expires"`
 }
 
+// sweeper takes the bound's first count (bound.go), then sweeps every
+// SweepEvery, and at once (at most every kickGap) when a write finds the
+// tier at its bound: a sweep if this node holds the lease, else a count.
 func (t *Tier) sweeper() {
 	defer t.wg.Done()
+	if !t.countFirst() {
+		return
+	}
 	// Nodes started together spread their first tries over a period.
 	next := time.Duration(rand.Int64N(int64(t.opt.SweepEvery)))
 	timer := time.NewTimer(next)
 	defer timer.Stop()
+	var lastKick time.Time
 	for {
+		kicked := false
 		select {
 		case <-t.ctx.Done():
 			return
 		case <-timer.C:
+		case <-t.bound.kick:
+			if wait := t.kickGap() - time.Since(lastKick); wait > 0 {
+				select {
+				case <-t.ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			kicked = true
 		}
-		if _, err := t.Sweep(t.ctx); err != nil && t.ctx.Err() == nil {
+		res, err := t.sweep(t.ctx, kicked)
+		if err == nil && kicked && !res.Ran {
+			err = t.count(t.ctx)
+		}
+		if err != nil && t.ctx.Err() == nil {
 			t.opt.Log.Warn("shared cache sweep", "store", t.store.ID(), "err", err)
 		}
-		timer.Reset(t.opt.SweepEvery)
+		if kicked {
+			lastKick = time.Now()
+		} else {
+			timer.Reset(t.opt.SweepEvery)
+		}
 	}
 }
 
@@ -84,6 +109,13 @@ type SweepResult struct {
 // Sweep deletes the oldest blocks beyond MaxBytes if this node gets the
 // sweep lease; with MaxBytes 0 it does nothing.
 func (t *Tier) Sweep(ctx context.Context) (SweepResult, error) {
+	return t.sweep(ctx, false)
+}
+
+// sweep is Sweep; makeRoom (a write found the tier at its bound) deletes
+// down to the low-water mark from anywhere above it, not only from above
+// MaxBytes, so that writes can go on.
+func (t *Tier) sweep(ctx context.Context, makeRoom bool) (SweepResult, error) {
 	var res SweepResult
 	if t.opt.MaxBytes <= 0 {
 		return res, nil
@@ -97,33 +129,22 @@ func (t *Tier) Sweep(ctx context.Context) (SweepResult, error) {
 	if err := t.sweepMarkers(ctx); err != nil {
 		return res, err
 	}
-	var objs []backends.ObjectInfo
-	opt := backends.ListOptions{Prefix: blocksPrefix, Recursive: true}
-	for {
-		page, err := t.store.List(ctx, opt)
-		if err != nil {
-			return res, fmt.Errorf("listing %s%s: %w", t.store.ID(), blocksPrefix, err)
-		}
-		for _, o := range page.Objects {
-			if !o.IsDir {
-				objs = append(objs, o)
-				res.Bytes += o.Size
-			}
-		}
-		if page.NextToken == "" {
-			break
-		}
-		opt.Token = page.NextToken
+	mark := t.bound.mark()
+	objs, total, err := t.listBlocks(ctx, true)
+	if err != nil {
+		return res, err
 	}
+	res.Bytes = total
 	res.Blocks = int64(len(objs))
-	if res.Bytes <= t.opt.MaxBytes {
+	// The listing (less what this sweep deletes) is the bound's new count.
+	defer func() { t.bound.set(res.Bytes-res.Reclaimed, mark) }()
+	target := int64(float64(t.opt.MaxBytes) * lowWater)
+	if res.Bytes <= t.opt.MaxBytes && (!makeRoom || res.Bytes <= target) {
 		return res, nil
 	}
 	// Oldest written first: stores keep no access time, and a hot block
 	// deleted is written again by its next miss.
 	sort.Slice(objs, func(i, j int) bool { return objs[i].ModTime.Before(objs[j].ModTime) })
-	target := int64(float64(t.opt.MaxBytes) * lowWater)
-	total := res.Bytes
 	for _, o := range objs {
 		if total <= target {
 			break

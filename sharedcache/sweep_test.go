@@ -77,7 +77,7 @@ func testSweepUnderLease(t *testing.T, exclusive bool) {
 	const size = 10 << 10
 	var skew atomic.Int64 // moves both nodes' clocks
 	clock := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
-	opt := Options{BlockSize: 64 << 10, MaxBytes: 50 * size, SweepEvery: time.Hour, LeaseTTL: time.Hour, clock: clock}
+	opt := Options{Key: testKey, noBound: true, BlockSize: 64 << 10, MaxBytes: 50 * size, SweepEvery: time.Hour, LeaseTTL: time.Hour, clock: clock}
 	a, b := opt, opt
 	a.Holder, b.Holder = "node-a", "node-b"
 	ta, err := New(tierStore, a)
@@ -168,7 +168,7 @@ func TestLeaseRace(t *testing.T) {
 			const nodes = 8
 			tiers := make([]*Tier, nodes)
 			for i := range tiers {
-				tier, err := New(nopClose{store}, Options{MaxBytes: 1 << 30, SweepEvery: time.Hour, LeaseTTL: time.Hour, Holder: fmt.Sprintf("node-%d", i)})
+				tier, err := New(nopClose{store}, Options{Key: testKey, MaxBytes: 1 << 30, SweepEvery: time.Hour, LeaseTTL: time.Hour, Holder: fmt.Sprintf("node-%d", i)})
 				if err != nil {
 					t.Fatal(err)
 				}

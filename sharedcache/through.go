@@ -134,7 +134,8 @@ func (r *reader) Read(p []byte) (int, error) {
 }
 
 func (r *reader) header(block int64) header {
-	h := header{Source: r.b.ID(), Key: r.key, Version: r.version, Block: block}
+	bs := r.t.opt.BlockSize
+	h := header{Source: r.b.ID(), Key: r.key, Version: r.version, Block: block, need: min(bs, r.end-block*bs)}
 	if r.t.opt.noVersion {
 		h.Version = ""
 	}

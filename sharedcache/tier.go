@@ -12,22 +12,29 @@
 // from b, and a block read whole from b is written to the tier behind the
 // reader (a bounded queue; dropped, and counted, when full). The tier never
 // turns a read that the source can answer into an error, and never serves a
-// block whose header and checksum do not match what was asked (format.go).
+// block whose header, checksum and MAC (under the key the cluster's nodes
+// share) do not match what was asked, or that is shorter than the range
+// read says the object is there (format.go).
 //
 // Blocks are keyed by (source identity, key, version, block index), so a
 // changed object is never served stale. An object no larger than a block is
-// one block: stored whole, in one object. The tier's size is bounded by a
-// sweep that one node at a time runs under a lease (sweep.go), or by the
-// store's own lifecycle rule. On a store with a conditional create, nodes
+// one block: stored whole, in one object. The tier's size is bounded at
+// write time by each node's count of it (bound.go), and by a sweep that one
+// node at a time runs under a lease (sweep.go), or by the store's own
+// lifecycle rule. On a store with a conditional create, nodes
 // that miss the same blocks at once read each from the source once: one
 // claims it, the others wait for it in the tier (flight.go).
 //
-// Lock order: Tier.mu is a leaf.
+// Lock order: Tier.mu and bound.mu are leaves.
 package sharedcache
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -46,12 +53,23 @@ import (
 
 // Options configure a Tier. Zero fields take the defaults of DefaultOptions.
 type Options struct {
+	// Key is the secret the cluster's nodes share, under which every
+	// block carries a MAC (format.go): required, at least MinKeyLen
+	// bytes. A block whose MAC does not verify is a miss, and is
+	// overwritten by the reader's fetch from the source. LoadKey reads it
+	// from a file.
+	Key []byte
 	// BlockSize is the unit stored in the tier. Give it the node cache's
 	// block size, so that every read the cache sends maps onto whole blocks.
 	BlockSize int64
-	// MaxBytes bounds the bytes the tier holds; the sweep deletes the
-	// oldest blocks beyond it. 0: no sweep (the store's lifecycle rule
-	// bounds it).
+	// MaxBytes bounds the bytes the tier holds. It is kept at write time:
+	// a node counts the tier's blocks when it starts (a listing) and adds
+	// what it writes; a block that would take that count past MaxBytes
+	// is not written (counted in Stats.Full), and the node runs a sweep
+	// at once (or, when another node holds the sweep lease, counts
+	// again). The periodic sweep deletes the oldest blocks beyond it,
+	// the safety net for what other nodes write. 0: no bound (the
+	// store's lifecycle rule bounds it).
 	MaxBytes int64
 	// Timeout bounds one block read from the tier, body included; past it
 	// the block is read from the source. Keep it well under the source's
@@ -90,7 +108,10 @@ type Options struct {
 	// noVerifyDirect skips the checksum of blocks read straight into the
 	// caller's buffer, and noVersion keys blocks without the version: the
 	// mutants that prove the conformance suite catches them (tests only).
-	noVerify, noVerifyDirect, noVersion bool
+	// noMAC serves blocks whose MAC does not verify, noLengthCheck
+	// blocks shorter than the range read says the object is there, and
+	// noBound writes past MaxBytes (the sweep alone bounds the tier).
+	noVerify, noVerifyDirect, noVersion, noMAC, noLengthCheck, noBound bool
 	// noAuthz serves tier blocks to any source without asking it
 	// (authz.go): the mutant of the per-credentials check (tests only).
 	noAuthz bool
@@ -157,10 +178,18 @@ func (o Options) withDefaults() (Options, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	switch {
+	case len(o.Key) == 0:
+		return o, errors.New("shared cache: no MAC key: every node of the cluster needs the same secret key (mlfsd: --shared-cache-key-file)")
+	case len(o.Key) < MinKeyLen:
+		return o, fmt.Errorf("shared cache: the MAC key is %d bytes; give at least %d (e.g. head -c 32 /dev/urandom | base64)", len(o.Key), MinKeyLen)
 	case o.BlockSize < 4096:
 		return o, fmt.Errorf("shared cache: block size %d is below 4096", o.BlockSize)
 	case o.MaxBytes < 0:
 		return o, fmt.Errorf("shared cache: size bound %d is negative", o.MaxBytes)
+	case o.MaxBytes > 0 && o.MaxBytes < 2*(o.BlockSize+maxHeader):
+		// Kept at write time, a bound this small would hold no block,
+		// or one, swept away at the next.
+		return o, fmt.Errorf("shared cache: size bound %d holds fewer than two blocks of %d bytes; give at least %d, or 0 for no bound", o.MaxBytes, o.BlockSize, 2*(o.BlockSize+maxHeader))
 	case o.QueueBytes < o.BlockSize:
 		return o, fmt.Errorf("shared cache: write queue %d holds no block of %d bytes", o.QueueBytes, o.BlockSize)
 	case o.Timeout < 0 || o.WriteTimeout < 0 || o.Backoff < 0 || o.Writers < 0 || o.FlightTTL < 0 || o.FlightWait < 0:
@@ -173,15 +202,21 @@ func (o Options) withDefaults() (Options, error) {
 type Stats struct {
 	Hits, HitBytes int64 // blocks (and their bytes) served from the tier
 	Misses         int64 // blocks the tier did not hold (corrupt ones included)
-	Corrupt        int64 // blocks that failed the header or checksum check
+	Corrupt        int64 // blocks that failed the header, length, checksum or MAC check
+	// Unauthenticated counts the corrupt blocks whose MAC did not verify
+	// (header and CRC right): written without the cluster's key.
+	Unauthenticated int64
 	// Fallbacks counts reads that went to the source because the tier
 	// failed: an error, its deadline, or its backoff after a failure.
 	Fallbacks          int64
 	Writes, WriteBytes int64 // blocks (and their bytes) written to the tier
 	WriteErrors        int64
 	Dropped            int64 // blocks not written: the queue was full or the tier down
-	Sweeps             int64 // sweeps this node ran (holding the lease)
-	SweptBytes         int64 // bytes those sweeps deleted
+	// Full counts the blocks not written because they would have taken
+	// the tier past MaxBytes (by this node's count).
+	Full       int64
+	Sweeps     int64 // sweeps this node ran (holding the lease)
+	SweptBytes int64 // bytes those sweeps deleted
 	// FlightsWon counts blocks this node claimed (single flight) and read
 	// from the source; FlightWaits blocks it waited for while another node
 	// read them from the source; FlightTimeouts those waits that ran out
@@ -195,6 +230,7 @@ type Stats struct {
 
 type counters struct {
 	hits, hitBytes, misses, corrupt, fallbacks atomic.Int64
+	unauthenticated, full                      atomic.Int64
 	writes, writeBytes, writeErrors, dropped   atomic.Int64
 	sweeps, sweptBytes                         atomic.Int64
 	flightsWon, flightWaits, flightTimeouts    atomic.Int64
@@ -235,6 +271,9 @@ type Tier struct {
 	flights map[string]flight // GUARDED_BY(mu)
 	// dead: holders whose claims let a wait run out, until when.
 	dead map[string]time.Time // GUARDED_BY(mu)
+
+	// The size bound at write time (bound.go).
+	bound bound
 }
 
 type writeJob struct {
@@ -250,6 +289,7 @@ func New(store backends.Backend, opt Options) (*Tier, error) {
 	if err != nil {
 		return nil, err
 	}
+	opt.Key = bytes.Clone(opt.Key)
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &Tier{
 		store:   store,
@@ -269,6 +309,7 @@ func New(store backends.Backend, opt Options) (*Tier, error) {
 		go t.writer()
 	}
 	if opt.MaxBytes > 0 {
+		t.bound.init()
 		t.wg.Add(1)
 		go t.sweeper()
 	}
@@ -282,8 +323,8 @@ func (t *Tier) Store() backends.Backend { return t.store }
 func (t *Tier) Stats() Stats {
 	return Stats{
 		Hits: t.st.hits.Load(), HitBytes: t.st.hitBytes.Load(), Misses: t.st.misses.Load(),
-		Corrupt: t.st.corrupt.Load(), Fallbacks: t.st.fallbacks.Load(),
-		Writes: t.st.writes.Load(), WriteBytes: t.st.writeBytes.Load(), WriteErrors: t.st.writeErrors.Load(),
+		Corrupt: t.st.corrupt.Load(), Unauthenticated: t.st.unauthenticated.Load(), Fallbacks: t.st.fallbacks.Load(),
+		Writes: t.st.writes.Load(), WriteBytes: t.st.writeBytes.Load(), WriteErrors: t.st.writeErrors.Load(), Full: t.st.full.Load(),
 		Dropped: t.st.dropped.Load(), Sweeps: t.st.sweeps.Load(), SweptBytes: t.st.sweptBytes.Load(),
 		FlightsWon: t.st.flightsWon.Load(), FlightWaits: t.st.flightWaits.Load(), FlightTimeouts: t.st.flightTimeouts.Load(),
 		AuthRequests: t.st.authRequests.Load(), AuthDenied: t.st.authDenied.Load(),
@@ -455,6 +496,14 @@ func (s *stream) readHeader() error {
 	if h.Len < 0 || h.Len > s.t.opt.BlockSize {
 		return fmt.Errorf("%w: header says %d bytes, blocks are %d", errCorrupt, h.Len, s.t.opt.BlockSize)
 	}
+	if h.Len < s.want.need && !s.t.opt.noLengthCheck {
+		// Served, it would end the object early: every read of it
+		// would fail (ESTALE) on every node.
+		return fmt.Errorf("%w: header says %d bytes; the object holds at least %d there", errCorrupt, h.Len, s.want.need)
+	}
+	if _, err := hex.DecodeString(h.MAC); err != nil || len(h.MAC) != 2*sha256.Size {
+		return fmt.Errorf("%w: no MAC", errCorrupt)
+	}
 	s.h = h
 	return nil
 }
@@ -503,8 +552,23 @@ func (s *stream) readData(p []byte) (int, error) {
 	if _, err := io.ReadFull(s.rc, p); err != nil {
 		return 0, truncated(err, fmt.Sprintf("fewer data bytes than the header's %d", s.h.Len))
 	}
-	if !s.skipCRC && crc32.Checksum(p, castagnoli) != s.h.CRC32C {
-		return 0, fmt.Errorf("%w: checksum mismatch", errCorrupt)
+	// The MAC alone on the hot path (it covers what the CRC does); the
+	// CRC only to tell an accident from a forgery once the MAC failed.
+	crcBad := func() bool { return crc32.Checksum(p, castagnoli) != s.h.CRC32C }
+	switch {
+	case s.skipCRC:
+	case s.t.opt.noMAC:
+		if crcBad() {
+			return 0, fmt.Errorf("%w: checksum mismatch", errCorrupt)
+		}
+	default:
+		mac, _ := hex.DecodeString(s.h.MAC) // checked in readHeader
+		if !hmac.Equal(mac, blockMAC(s.t.opt.Key, s.h, s.t.opt.BlockSize, p)) {
+			if crcBad() {
+				return 0, fmt.Errorf("%w: checksum mismatch", errCorrupt)
+			}
+			return 0, fmt.Errorf("%w: %w", errCorrupt, errUnauthenticated)
+		}
 	}
 	// The object must end here (and an HTTP body read to its end lets
 	// its connection be reused).
@@ -535,6 +599,9 @@ func (s *stream) fail(err error) {
 	switch {
 	case errors.Is(err, errCorrupt):
 		t.st.corrupt.Add(1)
+		if errors.Is(err, errUnauthenticated) {
+			t.st.unauthenticated.Add(1)
+		}
 		t.st.misses.Add(1)
 		t.opt.Log.Warn("shared cache: block ignored", "name", s.name, "err", err)
 	case errors.Is(err, backends.ErrNotExist):
@@ -634,7 +701,9 @@ func (t *Tier) writer() {
 			written := false
 			if !t.up() {
 				t.st.dropped.Add(1)
-			} else if err := t.put(j); err != nil {
+			} else if err := t.put(j); errors.Is(err, errFull) {
+				// Counted in admit.
+			} else if err != nil {
 				t.st.writeErrors.Add(1)
 				if t.ctx.Err() == nil {
 					t.failed("write", err)
@@ -664,8 +733,23 @@ func (t *Tier) put(j writeJob) error {
 	ctx, cancel := context.WithTimeout(t.ctx, t.opt.WriteTimeout)
 	defer cancel()
 	// The header, then the data streamed after it: no copy of the block.
-	enc := encodeHeader(j.h, j.data)
-	w, err := t.store.Write(ctx, j.name, backends.WriteOptions{SizeHint: int64(len(enc) + len(j.data))})
+	enc := encodeHeader(t.opt.Key, t.opt.BlockSize, j.h, j.data)
+	size := int64(len(enc) + len(j.data))
+	if !t.admit(size) {
+		return errFull
+	}
+	err := t.write(ctx, j.name, size, enc, j.data)
+	if err != nil && t.opt.MaxBytes > 0 && !t.opt.noBound {
+		t.bound.unreserve(size)
+	}
+	return err
+}
+
+// errFull: the block would have taken the tier past MaxBytes.
+var errFull = errors.New("shared cache at its size bound")
+
+func (t *Tier) write(ctx context.Context, name string, size int64, enc, data []byte) error {
+	w, err := t.store.Write(ctx, name, backends.WriteOptions{SizeHint: size})
 	if err != nil {
 		return err
 	}
@@ -673,7 +757,7 @@ func (t *Tier) put(j writeJob) error {
 		w.Abort(ctx)
 		return err
 	}
-	if _, err := w.Write(j.data); err != nil {
+	if _, err := w.Write(data); err != nil {
 		w.Abort(ctx)
 		return err
 	}

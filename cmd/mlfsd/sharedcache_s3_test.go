@@ -85,8 +85,10 @@ func TestSharedCacheOnS3(t *testing.T) {
 	}
 	srcURI := "s3://bkt/data/?endpoint=" + endpoint
 
+	key := tierKeyFile(t) // one for every node: the cluster's
 	startNode := func() (*nodeDaemon, string) {
-		d := startNodeDaemon(t, t.TempDir(), "--s3-credentials-file", credFile, "--shared-cache", tierURI, "--shared-cache-timeout", "2s")
+		d := startNodeDaemon(t, t.TempDir(), "--s3-credentials-file", credFile, "--shared-cache", tierURI, "--shared-cache-timeout", "2s",
+			"--shared-cache-key-file", key)
 		mnt := t.TempDir()
 		if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "--read-only", srcURI, mnt); code != 0 {
 			t.Fatalf("mount %s: %s\ndaemon:\n%s", srcURI, errOut, d.stderr)

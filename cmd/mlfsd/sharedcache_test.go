@@ -108,10 +108,11 @@ func TestSharedCacheAcrossNodes(t *testing.T) {
 	_, endpoint := startSignedOSS(t, srcRoot, ossemu.Options{TTFB: 2 * time.Millisecond})
 	tier := startSharedEmulator(t, tierRoot)
 	tierURI := "oss://tier." + tier.addr + "/mlfsd/"
+	key := tierKeyFile(t) // one for every node: the cluster's
 
 	startNode := func() (*nodeDaemon, string) {
 		d := startNodeDaemon(t, t.TempDir(), "--oss-endpoint", endpoint, "--shared-cache", tierURI,
-			"--shared-cache-timeout", "2s")
+			"--shared-cache-timeout", "2s", "--shared-cache-key-file", key)
 		mnt := t.TempDir()
 		if code, _, errOut := d.client(t, "mount", "--daemon", d.socket, "--read-only", "oss://bkt/data/", mnt); code != 0 {
 			t.Fatalf("mount: %s\ndaemon:\n%s", errOut, d.stderr)
@@ -201,6 +202,16 @@ func TestSharedCacheAcrossNodes(t *testing.T) {
 	for _, d := range []*nodeDaemon{n1, n2, n3} {
 		d.stop(t)
 	}
+}
+
+// tierKeyFile writes a shared cache key file and returns its path.
+func tierKeyFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "tier.key")
+	if err := os.WriteFile(p, []byte("cmd-test-tier-key-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestSharedCacheFlagsRefuseBadValues: a bad --shared-cache or

@@ -11,7 +11,9 @@
 // that a new
 // version of an object is never served the old one's blocks; that a
 // corrupt, truncated or misplaced block in the store is never served, costs
-// only a read of the source and is overwritten; that a store that is down,
+// only a read of the source and is overwritten, and so is a forged one (a
+// valid header and checksum but no MAC under the cluster's key, or a valid
+// MAC on a block shorter than the object holds there); that a store that is down,
 // slow, or dies midway never turns into a read error; and that a store that
 // comes back is used again.
 package sharedtest
@@ -51,6 +53,12 @@ type Harness struct {
 	// store must be short (the suite's slow store never answers), and
 	// with it its backoff after a failure.
 	New func(t *testing.T, store backends.Backend, blockSize int64) Tier
+	// Forge returns block object obj, as the store holds it, with its
+	// data replaced by change(data) and a header and checksum that match
+	// the new data: a well-formed block. withKey: its MAC is under the
+	// tiers' key too (what a node of the cluster could write); else
+	// under another key (anyone else who can write to the store).
+	Forge func(obj []byte, blockSize int64, withKey bool, change func(data []byte) []byte) []byte
 }
 
 // bs is the block size the suite runs with: small, so objects span many
@@ -66,6 +74,16 @@ func Run(t *testing.T, h Harness) {
 	t.Run("CorruptFlipped", func(t *testing.T) { testCorrupt(t, h, flipByte) })
 	t.Run("CorruptTruncated", func(t *testing.T) { testCorrupt(t, h, truncate) })
 	t.Run("CorruptSwapped", func(t *testing.T) { testCorrupt(t, h, swapped) })
+	// Other bytes of the same length, with a valid header and CRC but
+	// no MAC under the key: every node would serve them.
+	t.Run("ForgedBlock", func(t *testing.T) {
+		testCorrupt(t, h, forged(h, false, func(d []byte) []byte { return randBytes(uint64(len(d))+7, int64(len(d))) }))
+	})
+	// A block cut to half, its MAC valid: served, it would end the
+	// object early and every read of the file would fail (ESTALE).
+	t.Run("ForgedShortBlock", func(t *testing.T) {
+		testCorrupt(t, h, forged(h, true, func(d []byte) []byte { return d[:len(d)/2] }))
+	})
 	t.Run("StoreDown", func(t *testing.T) {
 		testFailing(t, h, func(b backends.Backend) backends.Backend { return &downStore{b} })
 	})
@@ -433,6 +451,23 @@ func swapped(t *testing.T, store backends.Backend, objs []backends.ObjectInfo) {
 	}
 	for i, o := range objs {
 		put(t, store, o.Key, data[(i+1)%len(objs)])
+	}
+}
+
+// forged rewrites each object with h.Forge.
+func forged(h Harness, withKey bool, change func([]byte) []byte) corruption {
+	return func(t *testing.T, store backends.Backend, objs []backends.ObjectInfo) {
+		if h.Forge == nil {
+			t.Fatal("the harness has no Forge: the suite cannot check that forged blocks are refused")
+		}
+		for _, o := range objs {
+			// Objects Forge leaves alone (not blocks) stay untouched: a
+			// rewritten single-flight marker would look live again.
+			old := get(t, store, o.Key)
+			if nw := h.Forge(old, bs, withKey, change); !bytes.Equal(nw, old) {
+				put(t, store, o.Key, nw)
+			}
+		}
 	}
 }
 

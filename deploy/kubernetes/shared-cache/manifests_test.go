@@ -223,6 +223,7 @@ func TestDaemonFlags(t *testing.T) {
 	if u != nil && strings.TrimPrefix(u.Path, "/") != "tier/" {
 		t.Errorf("--shared-cache=%q: the lifecycle rules cover tier/blocks/ and tier/fetching/", tier)
 	}
+	keyFile(t, objs, ds, daemon)
 	var endpoint string
 	for _, e := range daemon.Env {
 		if e.Name == "AWS_ENDPOINT_URL_S3" {
@@ -231,5 +232,48 @@ func TestDaemonFlags(t *testing.T) {
 	}
 	if endpoint != "http://mlfsd-cache-store.mlfsd.svc:9000" {
 		t.Errorf("AWS_ENDPOINT_URL_S3 = %q; the store's Service is mlfsd-cache-store.mlfsd.svc:9000", endpoint)
+	}
+}
+
+// keyFile checks the daemon's --shared-cache-key-file: a file of a volume
+// the container mounts, that volume a Secret of the manifests (mode 0400),
+// and the file one of its keys.
+func keyFile(t *testing.T, objs map[string]any, ds *appsv1.DaemonSet, daemon corev1.Container) {
+	t.Helper()
+	path, ok := flagValue(daemon.Command, "shared-cache-key-file")
+	if !ok {
+		t.Fatal("the daemon has --shared-cache but no --shared-cache-key-file: it does not start")
+	}
+	var mount *corev1.VolumeMount
+	for i, m := range daemon.VolumeMounts {
+		if strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			mount = &daemon.VolumeMounts[i]
+		}
+	}
+	if mount == nil {
+		t.Fatalf("--shared-cache-key-file=%s lies in no volume the daemon mounts", path)
+	}
+	var secretName string
+	var mode *int32
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name == mount.Name && v.Secret != nil {
+			secretName, mode = v.Secret.SecretName, v.Secret.DefaultMode
+		}
+	}
+	if secretName == "" {
+		t.Fatalf("volume %s holding the key is not a Secret", mount.Name)
+	}
+	if mode == nil || *mode&0o077 != 0 {
+		t.Errorf("the key's Secret volume has mode %v; want it readable by its owner alone", mode)
+	}
+	secret, ok := objs["Secret/"+secretName].(*corev1.Secret)
+	if !ok {
+		t.Fatalf("no Secret %s in the manifests", secretName)
+	}
+	item := strings.TrimPrefix(path, strings.TrimSuffix(mount.MountPath, "/")+"/")
+	if _, ok := secret.StringData[item]; !ok {
+		if _, ok := secret.Data[item]; !ok {
+			t.Errorf("Secret %s has no key %q, the file --shared-cache-key-file names", secretName, item)
+		}
 	}
 }
