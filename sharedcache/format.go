@@ -1,8 +1,12 @@
 package sharedcache
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -17,8 +21,8 @@ import (
 //	magic (8 bytes) | header length (uint32, big endian) | header (JSON) | data
 //
 // The header names what the data is (source identity, key, version, block
-// index, length), its CRC-32C, and an HMAC-SHA256 under the key the
-// cluster's nodes share (Options.Key) of all of it, so a block is served
+// index, length), its CRC-32C, and a MAC under the key the cluster's
+// nodes share (Options.Key) of all of it, so a block is served
 // only when every one of those matches what the reader asked for: a
 // truncated upload, a flipped bit, or an object written under the wrong
 // name (a bug, a collision, an operator's copy) is a miss, never wrong
@@ -47,8 +51,10 @@ type header struct {
 	Block   int64  `json:"block"`
 	Len     int64  `json:"len"`
 	CRC32C  uint32 `json:"crc32c"`
-	// MAC is the hex HMAC-SHA256 of the block (blockMAC).
-	MAC string `json:"mac"`
+	// Nonce is the block's random 96-bit GCM nonce and MAC its 128-bit
+	// tag (macKey.sum), both hex.
+	Nonce string `json:"nonce"`
+	MAC   string `json:"mac"`
 
 	// need is the least data length the reader accepts: a whole block,
 	// or up to the end of the range it reads when that ends in the
@@ -58,27 +64,61 @@ type header struct {
 	need int64
 }
 
-// blockMAC is the HMAC-SHA256 under key of what a block is and holds: the
-// format, its source identity, key and version, its index and offset
-// (block size and index: nodes with other block sizes never share one),
-// its length, and its data. Every field is length-prefixed, so no two
-// blocks encode alike.
-func blockMAC(key []byte, h header, blockSize int64, data []byte) []byte {
+// macKey computes and checks the blocks' MACs: AES-256-GCM used as a MAC
+// (GMAC), under a key derived from the cluster's by HMAC-SHA256, with a
+// random nonce per block. GCM's tag runs at 5-8 GB/s on this kind of CPU
+// (AES-NI, PCLMULQDQ), HMAC-SHA256 at 0.5-1.1 (SHA-NI): with HMAC a node
+// read its tier at a third of the speed. Random 96-bit nonces keep a
+// collision (which would let a forger learn GCM's hash key) unlikely up to
+// 2^32 blocks written under one key, 4 PiB of 1 MiB blocks; rotate the key
+// well before.
+type macKey struct{ aead cipher.AEAD }
+
+// newMACKey derives the GCM key from the cluster's key (of any length).
+func newMACKey(key []byte) macKey {
 	m := hmac.New(sha256.New, key)
-	var n [8]byte
-	put := func(v uint64) {
-		binary.BigEndian.PutUint64(n[:], v)
-		m.Write(n[:])
+	m.Write([]byte("mlfsd shared cache block MAC, AES-256-GCM"))
+	c, err := aes.NewCipher(m.Sum(nil))
+	if err != nil {
+		panic(err) // a 32-byte key is always valid
 	}
+	aead, err := cipher.NewGCM(c)
+	if err != nil {
+		panic(err)
+	}
+	return macKey{aead}
+}
+
+// sum is the tag of what a block is and holds: the format, its source
+// identity, key and version, its index and offset (block size and index:
+// nodes with other block sizes never share one), its length, and its
+// data. The fields are sealed as the (length-prefixed, so unambiguous)
+// plaintext and the data as the additional data, so the data is never
+// copied; the tag covers both.
+func (k macKey) sum(nonce []byte, h header, blockSize int64, data []byte) []byte {
+	var fields []byte
 	for _, s := range []string{magic, h.Source, h.Key, h.Version} {
-		put(uint64(len(s)))
-		m.Write([]byte(s))
+		fields = binary.BigEndian.AppendUint64(fields, uint64(len(s)))
+		fields = append(fields, s...)
 	}
-	put(uint64(h.Block))
-	put(uint64(h.Block * blockSize))
-	put(uint64(len(data)))
-	m.Write(data)
-	return m.Sum(nil)
+	fields = binary.BigEndian.AppendUint64(fields, uint64(h.Block))
+	fields = binary.BigEndian.AppendUint64(fields, uint64(h.Block*blockSize))
+	fields = binary.BigEndian.AppendUint64(fields, uint64(len(data)))
+	sealed := k.aead.Seal(nil, nonce, fields, data)
+	return sealed[len(fields):]
+}
+
+// verify reports whether h's MAC is data's under k.
+func (k macKey) verify(h header, blockSize int64, data []byte) bool {
+	nonce, err := hex.DecodeString(h.Nonce)
+	if err != nil || len(nonce) != k.aead.NonceSize() {
+		return false
+	}
+	mac, err := hex.DecodeString(h.MAC)
+	if err != nil {
+		return false
+	}
+	return subtle.ConstantTimeCompare(mac, k.sum(nonce, h, blockSize, data)) == 1
 }
 
 // blockName is the tier key of a block: a hash of (source identity, key,
@@ -98,10 +138,13 @@ func blockName(source, key, version string, block int64) string {
 
 // encodeHeader returns what precedes data in its block object, with its
 // MAC under key.
-func encodeHeader(key []byte, blockSize int64, h header, data []byte) []byte {
+func encodeHeader(key macKey, blockSize int64, h header, data []byte) []byte {
 	h.Len = int64(len(data))
 	h.CRC32C = crc32.Checksum(data, castagnoli)
-	h.MAC = hex.EncodeToString(blockMAC(key, h, blockSize, data))
+	nonce := make([]byte, key.aead.NonceSize())
+	rand.Read(nonce) // never fails (crypto/rand)
+	h.Nonce = hex.EncodeToString(nonce)
+	h.MAC = hex.EncodeToString(key.sum(nonce, h, blockSize, data))
 	hj, err := json.Marshal(h)
 	if err != nil {
 		panic(err) // strings and integers always marshal

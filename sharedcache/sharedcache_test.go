@@ -79,7 +79,7 @@ func forge(obj []byte, blockSize int64, withKey bool, change func([]byte) []byte
 	if withKey {
 		key = testKey
 	}
-	return append(encodeHeader(key, blockSize, h, data), data...)
+	return append(encodeHeader(newMACKey(key), blockSize, h, data), data...)
 }
 
 // testOptions: a short deadline, since the suite's slow store never answers,

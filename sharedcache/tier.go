@@ -31,10 +31,7 @@ package sharedcache
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -241,6 +238,7 @@ type counters struct {
 type Tier struct {
 	store  backends.Backend
 	opt    Options
+	mac    macKey
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -294,6 +292,7 @@ func New(store backends.Backend, opt Options) (*Tier, error) {
 	t := &Tier{
 		store:   store,
 		opt:     opt,
+		mac:     newMACKey(opt.Key),
 		ctx:     ctx,
 		cancel:  cancel,
 		queue:   make(chan writeJob, opt.QueueBytes/opt.BlockSize+1),
@@ -501,7 +500,7 @@ func (s *stream) readHeader() error {
 		// would fail (ESTALE) on every node.
 		return fmt.Errorf("%w: header says %d bytes; the object holds at least %d there", errCorrupt, h.Len, s.want.need)
 	}
-	if _, err := hex.DecodeString(h.MAC); err != nil || len(h.MAC) != 2*sha256.Size {
+	if h.MAC == "" || h.Nonce == "" {
 		return fmt.Errorf("%w: no MAC", errCorrupt)
 	}
 	s.h = h
@@ -562,8 +561,7 @@ func (s *stream) readData(p []byte) (int, error) {
 			return 0, fmt.Errorf("%w: checksum mismatch", errCorrupt)
 		}
 	default:
-		mac, _ := hex.DecodeString(s.h.MAC) // checked in readHeader
-		if !hmac.Equal(mac, blockMAC(s.t.opt.Key, s.h, s.t.opt.BlockSize, p)) {
+		if !s.t.mac.verify(s.h, s.t.opt.BlockSize, p) {
 			if crcBad() {
 				return 0, fmt.Errorf("%w: checksum mismatch", errCorrupt)
 			}
@@ -733,7 +731,7 @@ func (t *Tier) put(j writeJob) error {
 	ctx, cancel := context.WithTimeout(t.ctx, t.opt.WriteTimeout)
 	defer cancel()
 	// The header, then the data streamed after it: no copy of the block.
-	enc := encodeHeader(t.opt.Key, t.opt.BlockSize, j.h, j.data)
+	enc := encodeHeader(t.mac, t.opt.BlockSize, j.h, j.data)
 	size := int64(len(enc) + len(j.data))
 	if !t.admit(size) {
 		return errFull
