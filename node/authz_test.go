@@ -172,7 +172,10 @@ func TestSharedTierHitsAuthorizedPerIdentity(t *testing.T) {
 	emu, endpoint, files := tenantStore(t)
 	tierDir := t.TempDir()
 	tier := map[string]string{"shared-cache": "nas://" + tierDir + "/"}
-	n1, n2 := newTestNode(t, ""), newTestNode(t, "")
+	// Both nodes hold the cluster's one tier key.
+	key := writeTierKey(t)
+	withKey := func(s *Settings) { s.Shared.KeyFile = key }
+	n1, n2 := newTestNodeWith(t, "", withKey), newTestNodeWith(t, "", withKey)
 	owner := mountAs(t, n1, endpoint, "owner", tier)
 	for name, data := range files {
 		if got := readFile(t, filepath.Join(owner, name)); !bytes.Equal(got, data) {
