@@ -115,9 +115,13 @@ func (fs *flightSource) readShards(t *testing.T, b backends.Backend, rangeSize i
 	wg.Wait()
 }
 
-// flightOptions are a node's options for the single-flight tests.
+// flightOptions are a node's options for the single-flight tests. The
+// deadlines are hang guards: on a loaded machine (CI runs four packages at
+// once on two CPUs) a tier read past a 2 s deadline sent its node to the
+// source for 5 s, and a wait past 2 s did too, so three nodes cost the
+// source 2x the dataset although every flight was won once.
 func flightOptions(holder string) Options {
-	return Options{Key: testKey, BlockSize: 256 << 10, Timeout: 2 * time.Second, Holder: holder, QueueBytes: 64 << 20}
+	return Options{Key: testKey, BlockSize: 256 << 10, Timeout: time.Minute, FlightWait: time.Minute, Holder: holder, QueueBytes: 64 << 20}
 }
 
 // markers lists the claim markers left in the store.
