@@ -25,7 +25,7 @@ TESTJSON ?= /tmp/mlfsd-test.json
 # The test command: every package, with the race detector. Output is plain go test's,
 # then the slowest tests and packages (.ci/testreport), then go test's closing lines, and
 # last, if anything failed, the failing tests by name with the command that reruns each.
-# It takes about 8 minutes on a 2-core machine (most of it cmd/mlfsd); see README.
+# It takes about 9 minutes on a 2-core machine (most of it cmd/mlfsd); see README.
 # The timeout is a hang guard, not a speed limit: on a busy 2-core machine the largest
 # package takes several times its quiet 2-3 minutes.
 # -p 4, not the default of one package per CPU: two packages spend about three minutes
