@@ -1,14 +1,12 @@
 package csidriver
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,30 +23,12 @@ import (
 	"github.com/mlfsd/mlfsd/node/nasroots"
 )
 
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // plugin is a driver served over gRPC on a unix socket, as the kubelet
 // and the provisioner reach it, mounting through an in-process node.
 type plugin struct {
 	node       csi.NodeClient
 	controller csi.ControllerClient
-	log        *lockedBuffer
+	log        *syncBuffer
 	kubelet    string // the kubelet root
 }
 
@@ -57,7 +37,7 @@ type plugin struct {
 // node gets the same NAS roots, as the daemon would).
 func startTrustPlugin(t *testing.T, opt Options) *plugin {
 	t.Helper()
-	p := &plugin{log: &lockedBuffer{}, kubelet: t.TempDir()}
+	p := &plugin{log: &syncBuffer{}, kubelet: t.TempDir()}
 	s := node.Defaults()
 	s.Cache.Dir = t.TempDir()
 	s.Cache.MemoryBytes = 64 << 20
