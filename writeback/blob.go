@@ -22,9 +22,13 @@ type blob struct {
 	f    *os.File // read-write; used with ReadAt/WriteAt only (no seeks)
 	// size is the logical size. GUARDED_BY(Store.mu); stable during an
 	// exclusive operation on the entry (version.go).
-	size   int64
-	sealed bool // GUARDED_BY(Store.mu)
-	refs   int  // GUARDED_BY(Store.mu): the entry's cur, and each version naming it
+	size int64
+	// counted is how much of the file metrics.writeBytes has counted:
+	// what it held when staged from the backend or a sealed copy, then
+	// its size at each seal. GUARDED_BY(Store.mu)
+	counted int64
+	sealed  bool // GUARDED_BY(Store.mu)
+	refs    int  // GUARDED_BY(Store.mu): the entry's cur, and each version naming it
 }
 
 func randomID() string {
@@ -58,7 +62,8 @@ func (s *Store) openBlob(name string) (*blob, error) {
 		f.Close()
 		return nil, err
 	}
-	return &blob{name: name, path: p, f: f, size: st.Size(), refs: 1}, nil
+	// Counted by the run that wrote it, if at all: never twice.
+	return &blob{name: name, path: p, f: f, size: st.Size(), counted: st.Size(), refs: 1}, nil
 }
 
 // blobStat identifies a state of a blob file: its size and change time.
@@ -106,6 +111,7 @@ func (s *Store) copyBlob(key string, src *blob, size int64) (*blob, error) {
 		return nil, stagingErr("stage", key, err)
 	}
 	dst.size = size
+	dst.counted = size // copied, not written
 	return dst, nil
 }
 
@@ -134,6 +140,7 @@ func (s *Store) fetchBlob(ctx context.Context, key string, base backends.ObjectI
 			fmt.Errorf("object is %d bytes, expected %d", n, base.Size))
 	}
 	dst.size = n
+	dst.counted = n // fetched, not written
 	return dst, nil
 }
 

@@ -345,6 +345,7 @@ func (h *Handle) Truncate(ctx context.Context, size int64) error {
 	}
 	s.mu.Lock()
 	b.size = size
+	b.counted = min(b.counted, size) // bytes written again past size count again
 	e.dirty = true
 	e.mtime = time.Now()
 	s.mu.Unlock()
@@ -499,6 +500,10 @@ func (s *Store) sealOnce(e *entry, syncLocal, snapshot bool) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b.size = st.size
+	if st.size > b.counted {
+		s.m.writeBytes.Add(float64(st.size - b.counted))
+		b.counted = st.size
+	}
 	vb.size = st.size
 	vb.sealed = true
 	vb.refs++

@@ -1,6 +1,8 @@
 package writeback
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -13,9 +15,27 @@ type metrics struct {
 	permanentFails prometheus.Counter
 	queueDepth     prometheus.Gauge // closed versions not yet durable
 	stagedBytes    prometheus.Gauge // bytes of pending (not yet durable) data
+	// writeBytes counts the growth of staged files, seen at each seal
+	// (close, fsync): the daemon does not see the writes the kernel sends
+	// to a staging file by FUSE passthrough, but it sees the file's size
+	// when the writer closes it.
+	writeBytes prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, backendID string) (*metrics, error) {
+// Metric names of the write path, for dashboards and tests.
+const (
+	// MetricWriteBytes is the bytes written to an output, counted at close
+	// and fsync as the growth of the file's staged data, so that writes
+	// served by FUSE passthrough count too.
+	MetricWriteBytes = "mlfsd_mount_write_bytes_total"
+	// MetricOldestPendingAge is the age of the oldest closed file not yet
+	// durable in the backend (0 with none): the upload lag.
+	MetricOldestPendingAge = "mlfsd_upload_oldest_pending_age_seconds"
+)
+
+// newMetrics makes the Store's instruments; oldestPending gives the age of
+// the oldest pending version at scrape time.
+func newMetrics(reg prometheus.Registerer, backendID string, oldestPending func() float64) (*metrics, error) {
 	labels := prometheus.Labels{"backend": backendID}
 	m := &metrics{
 		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -38,15 +58,42 @@ func newMetrics(reg prometheus.Registerer, backendID string) (*metrics, error) {
 			Name: "mlfsd_upload_pending_bytes", Help: "Bytes of closed files not yet durable in the backend.",
 			ConstLabels: labels,
 		}),
+		writeBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricWriteBytes, Help: "Bytes written to files of the output, counted when each is closed or fsynced as the growth of its staged data (so writes served by FUSE passthrough count too; rewrites in place that do not grow a file are not counted).",
+			ConstLabels: labels,
+		}),
 	}
+	age := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: MetricOldestPendingAge, Help: "Age of the oldest closed file not yet durable in the backend (seconds since its close; 0 when none waits).",
+		ConstLabels: labels,
+	}, oldestPending)
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.uploads, m.uploadedBytes, m.permanentFails, m.queueDepth, m.stagedBytes} {
+		for _, c := range []prometheus.Collector{m.uploads, m.uploadedBytes, m.permanentFails, m.queueDepth, m.stagedBytes, m.writeBytes, age} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return m, nil
+}
+
+// oldestPendingAge is the seconds since the oldest pending version was
+// sealed (its journal sequence is its seal time, kept across restarts).
+// A version that replaced an older pending one of the same file counts
+// from its own seal: the older bytes no longer need uploading.
+func (s *Store) oldestPendingAge() float64 {
+	var oldest int64
+	s.mu.Lock()
+	for _, e := range s.entries {
+		if e.pend != nil && (oldest == 0 || e.pend.seq < oldest) {
+			oldest = e.pend.seq
+		}
+	}
+	s.mu.Unlock()
+	if oldest == 0 {
+		return 0
+	}
+	return max(0, time.Since(time.Unix(0, oldest)).Seconds())
 }
 
 // UploadStats are a Store's upload queue figures.

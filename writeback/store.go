@@ -115,7 +115,7 @@ func Open(ctx context.Context, b backends.Backend, opt Options) (*Store, error) 
 	_ = os.WriteFile(filepath.Join(dir, identityFile), []byte(identity+"\n"), 0o600)
 	s.adoptLegacy(identity)
 
-	m, err := newMetrics(opt.Registry, b.ID())
+	m, err := newMetrics(opt.Registry, b.ID(), s.oldestPendingAge)
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("writeback metrics: %w", err)
