@@ -3,6 +3,10 @@ package backends
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Sentinel errors. Backends wrap them (with %w) around the store's own error,
@@ -71,3 +75,35 @@ type explained struct {
 func (e *explained) Error() string { return e.msg }
 
 func (e *explained) Unwrap() []error { return e.errs }
+
+// StoreCode returns the store's own name for the failure err reports: the
+// OSS or S3 error code ("NoSuchKey", "AccessDenied", "SlowDown"), the class
+// of an HDFS remote exception without its package ("SafeModeException"),
+// or the errno of a NAS call ("ENOENT"). It is "" when the store gave none:
+// no answer (a connection reset, a timeout), or an answer without a code
+// (a HEAD's 404 has no body). Metrics count failures by it; it is not for
+// deciding what to do (use the sentinels).
+func StoreCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	var coded interface{ ErrorCode() string } // S3 (smithy.APIError), OSS (the backend's wrapper)
+	if errors.As(err, &coded) {
+		if c := coded.ErrorCode(); c != "" {
+			return c
+		}
+	}
+	var remote interface{ Exception() string } // HDFS (hdfs.Error)
+	if errors.As(err, &remote) {
+		c := remote.Exception()
+		if i := strings.LastIndexByte(c, '.'); i >= 0 {
+			c = c[i+1:]
+		}
+		return c
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return unix.ErrnoName(errno)
+	}
+	return ""
+}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/all"
@@ -88,9 +90,10 @@ func (p *backendPool) releaser(pk string) func() {
 	}
 }
 
-// backendCounter receives one observation per backend call.
+// backendCounter receives one observation per backend call: its
+// operation, its error and how long it took.
 type backendCounter interface {
-	request(op string, err error)
+	request(op string, err error, d time.Duration)
 	readBytes(n int)
 }
 
@@ -122,20 +125,23 @@ type counted struct {
 }
 
 func (c *counted) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	start := time.Now()
 	i, err := c.Backend.Stat(ctx, key)
-	c.m.request("stat", err)
+	c.m.request("stat", err, time.Since(start))
 	return i, err
 }
 
 func (c *counted) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
+	start := time.Now()
 	p, err := c.Backend.List(ctx, opt)
-	c.m.request("list", err)
+	c.m.request("list", err, time.Since(start))
 	return p, err
 }
 
 func (c *counted) Read(ctx context.Context, key string, opt backends.ReadOptions) (io.ReadCloser, error) {
+	start := time.Now()
 	r, err := c.Backend.Read(ctx, key, opt)
-	c.m.request("read", err)
+	c.m.request("read", err, time.Since(start))
 	if err != nil {
 		return nil, err
 	}
@@ -143,12 +149,22 @@ func (c *counted) Read(ctx context.Context, key string, opt backends.ReadOptions
 }
 
 func (c *counted) Write(ctx context.Context, key string, opt backends.WriteOptions) (backends.Writer, error) {
+	cw := &countedWriter{m: c.m, start: time.Now()}
+	// A multipart upload tells its ID first: its requests count as
+	// "multipart", a single PUT's as "write".
+	up := opt.OnUpload
+	opt.OnUpload = func(id string) {
+		cw.multipart.Store(true)
+		if up != nil {
+			up(id)
+		}
+	}
 	w, err := c.Backend.Write(ctx, key, opt)
 	if err != nil {
-		c.m.request("write", err)
+		c.m.request(cw.op(), err, time.Since(cw.start))
 		return nil, err
 	}
-	cw := &countedWriter{Writer: w, m: c.m}
+	cw.Writer = w
 	if _, ok := w.(backends.ReaderAtWriter); ok {
 		return &countedRAWriter{cw}, nil
 	}
@@ -159,42 +175,48 @@ func (c *counted) Write(ctx context.Context, key string, opt backends.WriteOptio
 func (c *counted) Unwrap() backends.Backend { return c.Backend }
 
 func (c *counted) Delete(ctx context.Context, key string) error {
+	start := time.Now()
 	err := c.Backend.Delete(ctx, key)
-	c.m.request("delete", err)
+	c.m.request("delete", err, time.Since(start))
 	return err
 }
 
 type countedRDA struct{ *counted }
 
 func (c *countedRDA) Rename(ctx context.Context, from, to string) error {
+	start := time.Now()
 	err := c.Backend.(backends.Renamer).Rename(ctx, from, to)
-	c.m.request("rename", err)
+	c.m.request("rename", err, time.Since(start))
 	return err
 }
 
 func (c *countedRDA) MakeDir(ctx context.Context, key string) error {
+	start := time.Now()
 	err := c.Backend.(backends.DirMaker).MakeDir(ctx, key)
-	c.m.request("mkdir", err)
+	c.m.request("mkdir", err, time.Since(start))
 	return err
 }
 
 func (c *countedRDA) Append(ctx context.Context, key string) (backends.Writer, error) {
+	start := time.Now()
 	w, err := c.Backend.(backends.Appender).Append(ctx, key)
-	c.m.request("append", err)
+	c.m.request("append", err, time.Since(start))
 	return w, err
 }
 
 type countedCD struct{ *counted }
 
 func (c *countedCD) Copy(ctx context.Context, from, to string) (backends.ObjectInfo, error) {
+	start := time.Now()
 	i, err := c.Backend.(backends.Copier).Copy(ctx, from, to)
-	c.m.request("copy", err)
+	c.m.request("copy", err, time.Since(start))
 	return i, err
 }
 
 func (c *countedCD) MakeDir(ctx context.Context, key string) error {
+	start := time.Now()
 	err := c.Backend.(backends.DirMaker).MakeDir(ctx, key)
-	c.m.request("mkdir", err)
+	c.m.request("mkdir", err, time.Since(start))
 	return err
 }
 
@@ -209,15 +231,25 @@ func (r *countedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// countedWriter counts a write once, at Commit or Abort.
+// countedWriter counts a write once, at Commit, timed from its start.
 type countedWriter struct {
 	backends.Writer
-	m backendCounter
+	m         backendCounter
+	start     time.Time
+	multipart atomic.Bool // the backend started a multipart upload
+}
+
+// op is the operation the write counts as.
+func (w *countedWriter) op() string {
+	if w.multipart.Load() {
+		return "multipart"
+	}
+	return "write"
 }
 
 func (w *countedWriter) Commit(ctx context.Context) (backends.ObjectInfo, error) {
 	i, err := w.Writer.Commit(ctx)
-	w.m.request("write", err)
+	w.m.request(w.op(), err, time.Since(w.start))
 	return i, err
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"testing"
+	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/nas"
@@ -9,8 +10,8 @@ import (
 
 type nopCounter struct{ requests int }
 
-func (c *nopCounter) request(string, error) { c.requests++ }
-func (c *nopCounter) readBytes(int)         {}
+func (c *nopCounter) request(string, error, time.Duration) { c.requests++ }
+func (c *nopCounter) readBytes(int)                        {}
 
 // The metrics decorator must not hide what writeback and the output tree
 // discover by interface: a hidden NameLimiter or Linker would silently turn

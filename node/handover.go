@@ -334,7 +334,7 @@ func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 		return err
 	}
 	m := &mount{req: req, id: id, info: hm.Info, ready: make(chan struct{}), done: make(chan struct{}), releaseBackend: release}
-	m.metrics = newMountMetrics(req.Target)
+	m.metrics = newMountMetrics(req.Target, id)
 	b := instrument(raw, m.metrics)
 	m.probe = probeOf(b)
 	if !req.ReadOnly {

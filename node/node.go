@@ -72,6 +72,9 @@ type Options struct {
 	// node that takes requests from others (the daemon, the CSI plugin)
 	// sets it; nil leaves a local caller's own requests unchecked.
 	NASRoots *nasroots.Policy
+	// Version is the running binary's version, for mlfsd_build_info
+	// ("": "dev").
+	Version string
 }
 
 // MountRequest asks for one mount.
@@ -419,7 +422,7 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 	m.id = id
 	undo = append(undo, release)
 	m.releaseBackend = release
-	m.metrics = newMountMetrics(target)
+	m.metrics = newMountMetrics(target, id)
 	b := instrument(raw, m.metrics)
 	m.probe = probeOf(b)
 	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug}

@@ -113,6 +113,9 @@ func (b *Backend) wrapErr(op, key string, err error) error {
 		return err // already classified
 	}
 	st, code := statusOf(err)
+	if code != "" {
+		err = codedError{code: code, err: err}
+	}
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return backends.Wrap(op, key, nil, err)
@@ -133,3 +136,17 @@ func (b *Backend) wrapErr(op, key string, err error) error {
 	}
 	return backends.Wrap(op, key, nil, err)
 }
+
+// codedError carries OSS's error code to backends.StoreCode (the SDK's
+// ServiceError has it as a field, which StoreCode cannot name).
+type codedError struct {
+	code string
+	err  error
+}
+
+func (e codedError) Error() string { return e.err.Error() }
+
+func (e codedError) Unwrap() error { return e.err }
+
+// ErrorCode is OSS's code for the failure ("NoSuchKey", "AccessDenied").
+func (e codedError) ErrorCode() string { return e.code }

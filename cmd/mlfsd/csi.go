@@ -64,7 +64,7 @@ See deploy/kubernetes/ for the manifests.`,
 			if daemon != "" {
 				m = daemonMounter{api.NewClient(daemon)}
 			} else {
-				n, err := node.New(ctx, node.Options{Settings: a.settings, Log: a.log, Progress: a.stderr, NASRoots: &policy})
+				n, err := node.New(ctx, node.Options{Settings: a.settings, Version: version, Log: a.log, Progress: a.stderr, NASRoots: &policy})
 				if err != nil {
 					return err
 				}

@@ -109,7 +109,7 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 	defer stop()
 	// Taking over, the cache directory is the old daemon's until it lets
 	// go; the node opens it then.
-	n, err := node.New(ctx, node.Options{Settings: a.settings, StateDir: stateDir, OpenCache: !takeover, Log: a.log, Progress: a.stderr, NASRoots: &nasRoots})
+	n, err := node.New(ctx, node.Options{Settings: a.settings, Version: version, StateDir: stateDir, OpenCache: !takeover, Log: a.log, Progress: a.stderr, NASRoots: &nasRoots})
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ again; a stale mount of another filesystem is refused.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			n, err := node.New(ctx, node.Options{Settings: a.settings, CacheFallback: true, Log: a.log, Progress: a.stderr, FUSEDebug: debug})
+			n, err := node.New(ctx, node.Options{Settings: a.settings, Version: version, CacheFallback: true, Log: a.log, Progress: a.stderr, FUSEDebug: debug})
 			if err != nil {
 				return err
 			}

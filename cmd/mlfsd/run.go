@@ -84,7 +84,7 @@ passed on to the command.`,
 				}
 				mounter = api.NewClient(socket).JobMounter(opts, daemonCredentials())
 			} else {
-				n, err := node.New(ctx, node.Options{Settings: a.settings, CacheFallback: true, Log: a.log, Progress: a.stderr})
+				n, err := node.New(ctx, node.Options{Settings: a.settings, Version: version, CacheFallback: true, Log: a.log, Progress: a.stderr})
 				if err != nil {
 					return err
 				}
