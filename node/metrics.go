@@ -89,7 +89,7 @@ func newMountMetrics(target string, id *identity) *mountMetrics {
 			Help:    "Time of a store request, by operation: to the response headers for a read, from the start of an upload to its commit for write and multipart.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 4, 8)}, []string{"op"}),
 		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricBackendErrors, ConstLabels: l,
-			Help: "Failed store requests, by operation and the store's code (OSS/S3 error code, HDFS exception class, NAS errno; other: a code not in mlfsd's list; none: no code, as for a network error)."},
+			Help: "Failed store requests, by operation and the store's code (OSS/S3 error code, HDFS exception class, NAS errno; NotFound: a not-found answer without a code; other: a code not in mlfsd's list; none: no answer, as for a network error)."},
 			[]string{"op", "code"}),
 		fuseReqs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricFUSERequests, ConstLabels: l,
 			Help: "FUSE requests answered, by operation."}, []string{"op"}),
@@ -111,7 +111,11 @@ func (m *mountMetrics) request(op string, err error, d time.Duration) {
 	m.backendReqs.WithLabelValues(op, resultOf(err)).Inc()
 	m.backendLatency.WithLabelValues(op).Observe(d.Seconds())
 	if err != nil && !errors.Is(err, context.Canceled) { // the caller gave up: not the store's failure
-		m.backendErrors.WithLabelValues(op, codeLabel(backends.StoreCode(err))).Inc()
+		code := backends.StoreCode(err)
+		if code == "" && errors.Is(err, backends.ErrNotExist) {
+			code = "NotFound" // an answer without a body (a HEAD's 404), as S3 names it
+		}
+		m.backendErrors.WithLabelValues(op, codeLabel(code)).Inc()
 	}
 }
 
