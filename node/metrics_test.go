@@ -109,6 +109,7 @@ func TestInputMountSeriesAreLazy(t *testing.T) {
 		}
 	}
 	bound := 2 + len(fuse)*seriesPerFUSEOp + len(store)*seriesPerStoreOp
+	t.Logf("after one read: %d series of the mount (FUSE %v, store %v); bound %d", series, fuse, store, bound)
 	if series > bound {
 		t.Errorf("%d series for %d FUSE and %d store operations; the documented bound is %d", series, len(fuse), len(store), bound)
 	}
