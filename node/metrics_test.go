@@ -2,10 +2,13 @@ package node
 
 import (
 	"bytes"
+	"encoding/base64"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 )
@@ -150,5 +153,39 @@ func TestInputMountSeriesAreLazy(t *testing.T) {
 	}
 	if fams[MetricBuildInfo] == nil || labelOf(fams[MetricBuildInfo].GetMetric()[0], "version") != "dev" {
 		t.Errorf("%s: %v", MetricBuildInfo, fams[MetricBuildInfo])
+	}
+}
+
+// TestTokenExpiry: the expiry exported for a mount's token is its exp
+// claim; a token that is not a JWT with one has none (no series).
+func TestTokenExpiry(t *testing.T) {
+	exp := time.Unix(1900000000, 0)
+	if got, ok := tokenExpiry(jwt(exp, 1)); !ok || !got.Equal(exp) {
+		t.Errorf("tokenExpiry of a JWT expiring at %v: %v, %v", exp, got, ok)
+	}
+	for _, tok := range []string{"", "opaque-token", "a.b.c", "a." + base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"x"}`)) + ".c"} {
+		if got, ok := tokenExpiry(tok); ok {
+			t.Errorf("tokenExpiry(%q) = %v; want none", tok, got)
+		}
+	}
+	id, err := newIdentity(Credentials{S3RoleARN: "arn:aws:iam::1:role/r", S3WebIdentityToken: jwt(exp, 2)}, IdentitySettings{}, "us-east-1", "/mnt/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMountMetrics("/mnt/x", id)
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, mf := range mfs {
+		if mf.GetName() == MetricCredentialsExpiry {
+			for _, s := range mf.GetMetric() {
+				got = append(got, fmt.Sprintf("%s=%v", labelOf(s, "credential"), s.GetGauge().GetValue()))
+			}
+		}
+	}
+	if want := fmt.Sprintf("s3_web_identity_token=%v", float64(exp.Unix())); len(got) != 1 || got[0] != want {
+		t.Errorf("%s: %v; want [%s]", MetricCredentialsExpiry, got, want)
 	}
 }
