@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"syscall"
 	"testing"
 
@@ -156,6 +158,19 @@ func TestDaemonServesAndDrainsOnStop(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/healthz: %s", resp.Status)
+	}
+	// The daemon tells its version in mlfsd_build_info.
+	resp, err = http.Get("http://" + d.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^mlfsd_build_info\{.*version="test".*\} 1$`).Match(body) {
+		t.Errorf("no mlfsd_build_info with version=\"test\" in /metrics")
 	}
 
 	c := api.NewClient(o.Socket)
