@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/mlfsd/mlfsd/handover"
+	"github.com/mlfsd/mlfsd/internal/ready"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
 	"github.com/mlfsd/mlfsd/node/nasroots"
@@ -92,6 +93,7 @@ Logs are JSON unless --log-format says otherwise.`,
 	f.IntVar(&protocol, "handover-protocol", 0, "handover protocol to ask for with --takeover (0: this binary's)")
 	f.MarkHidden("handover-protocol")
 	addNASRootFlag(f, &nasRoots)
+	addReadyFileFlag(f, a)
 	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
 	node.AddFlags(f, &a.settings, node.GroupS3)
 	return c
@@ -105,6 +107,9 @@ func addNASRootFlag(f *pflag.FlagSet, roots *[]string) {
 }
 
 func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen string, takeover bool, protocol int, nasRoots nasroots.Policy) error {
+	if err := ready.Check(a.readyFile); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Taking over, the cache directory is the old daemon's until it lets
@@ -125,7 +130,7 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		// systemd follows the new process from the moment the old one
 		// lets go (NotifyAccess=all in deploy/systemd).
 		mainPID := func() {
-			if err := sdNotify(fmt.Sprintf("MAINPID=%d", os.Getpid())); err != nil {
+			if err := ready.Notify(fmt.Sprintf("MAINPID=%d", os.Getpid())); err != nil {
 				a.log.Warn("sd_notify", "err", err)
 			}
 		}
@@ -181,8 +186,12 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		go func() { served <- srv.Serve(l) }()
 	}
 	a.log.Info("daemon ready", "socket", socket, "state_dir", stateDir, "cache_dir", a.settings.Cache.Dir)
-	if err := sdNotify("READY=1"); err != nil {
-		a.log.Warn("sd_notify", "err", err)
+	info := ready.Info{Socket: socket}
+	if ms != nil {
+		info.Metrics = ms.Addr
+	}
+	if err := ready.Signal(a.readyFile, info); err != nil {
+		a.log.Error("readiness not signalled; serving anyway", "err", err)
 	}
 	select {
 	case <-ctx.Done():
@@ -207,7 +216,7 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		a.log.Info("handed the mounts over to the new daemon; exiting")
 		return nil
 	}
-	_ = sdNotify("STOPPING=1")
+	_ = ready.Notify("STOPPING=1")
 	a.log.Info("stopping: draining outputs and unmounting")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	srv.Shutdown(sctx)
@@ -240,7 +249,9 @@ func serveMetrics(a *app, n *node.Node, addr string) (*http.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
-	s := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Addr is the address served (the port the kernel picked for port 0),
+	// for the ready file.
+	s := &http.Server{Addr: l.Addr().String(), Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("metrics server", "err", err)
@@ -248,25 +259,6 @@ func serveMetrics(a *app, n *node.Node, addr string) (*http.Server, error) {
 	}()
 	a.log.Info("metrics serving", "addr", l.Addr().String())
 	return s, nil
-}
-
-// sdNotify sends a state to systemd over $NOTIFY_SOCKET (the documented
-// sd_notify protocol: one datagram); without it, it does nothing.
-func sdNotify(state string) error {
-	path := os.Getenv("NOTIFY_SOCKET")
-	if path == "" {
-		return nil
-	}
-	if path[0] == '@' {
-		path = "\x00" + path[1:] // abstract namespace
-	}
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_, err = c.Write([]byte(state))
-	return err
 }
 
 // daemonCredentials are the credentials a client sends with its mount
