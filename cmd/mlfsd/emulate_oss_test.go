@@ -96,8 +96,11 @@ func TestEmulateOSSCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st map[string]int64
-	json.NewDecoder(resp.Body).Decode(&st)
+	err = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("%s: %v", ossemu.StatsPath, err)
+	}
 	if st["GetObject"] != 1 {
 		t.Errorf("stats %v, want one GetObject", st)
 	}
