@@ -190,8 +190,11 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 	if ms != nil {
 		info.Metrics = ms.Addr
 	}
-	if err := ready.Signal(a.readyFile, info); err != nil {
-		a.log.Error("readiness not signalled; serving anyway", "err", err)
+	if err := ready.Write(a.readyFile, info); err != nil {
+		a.log.Error("ready file not written; serving anyway", "err", err)
+	}
+	if err := ready.Notify("READY=1"); err != nil {
+		a.log.Warn("sd_notify", "err", err)
 	}
 	select {
 	case <-ctx.Done():

@@ -87,7 +87,7 @@ that permission checks see is the principal's first component.`,
 				"drop_rate", opt.Faults.DropRate, "rpc_error_rate", opt.Faults.RPCErrorRate, "rpc_drop_rate", opt.Faults.RPCDropRate, "seed", opt.Faults.Seed,
 				"kerberos_principal", principal)
 			fmt.Fprintf(a.stdout, "hdfs://%s/\n", srv.Addr())
-			if err := ready.Signal(a.readyFile, ready.Info{Addr: srv.Addr(), DataNodeAddr: srv.DataNodeAddr()}); err != nil {
+			if err := ready.Write(a.readyFile, ready.Info{Addr: srv.Addr(), DataNodeAddr: srv.DataNodeAddr()}); err != nil {
 				return err
 			}
 			<-ctx.Done()

@@ -161,7 +161,7 @@ to --ca-cert-out for SSL_CERT_FILE.`,
 			}
 			a.log.Info("OSS emulator serving", "addr", l.Addr().String(), "endpoint", "http://"+l.Addr().String(), "sts_duration", srvSTSDuration(stsDuration),
 				"root", srv.Root(), "access_key_id", keyIDShown(opt), "anonymous", anonymous, "ttfb", ttfb, "conn_bandwidth", opt.ConnBandwidth, "error_rate", rate, "error_kinds", kinds, "seed", seed)
-			if err := ready.Signal(a.readyFile, r); err != nil {
+			if err := ready.Write(a.readyFile, r); err != nil {
 				return err
 			}
 			if err := srv.Serve(ctx, l); err != nil {

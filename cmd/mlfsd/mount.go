@@ -66,7 +66,7 @@ again; a stale mount of another filesystem is refused.`,
 			if ms != nil {
 				r.Metrics = ms.Addr
 			}
-			if err := ready.Signal(a.readyFile, r); err != nil {
+			if err := ready.Write(a.readyFile, r); err != nil {
 				return err // n.Close unmounts
 			}
 			return serveUntilDone(ctx, a, n, info.Target)

@@ -58,6 +58,11 @@ func TestMountRefusesBadInput(t *testing.T) {
 		{[]string{"mount", "--read-only", "gs://bucket/x/", t.TempDir()}, "unknown scheme"},
 		{[]string{"mount", "--read-only", "nas://" + src + "/nope/", t.TempDir()}, "does not exist"},
 		{[]string{"mount", "--read-only", "nas://" + src + "/"}, "accepts 2 arg"},
+		// Nobody would ever find a ready file nobody can write: refused up front.
+		{[]string{"mount", "--read-only", "--ready-file", filepath.Join(src, "missing", "ready.json"), "nas://" + src + "/", t.TempDir()}, "--ready-file"},
+		{[]string{"mount", "--read-only", "--daemon", filepath.Join(src, "api.sock"), "--ready-file", filepath.Join(src, "ready.json"), "nas://" + src + "/", t.TempDir()}, "--ready-file"},
+		{[]string{"daemon", "--state-dir", t.TempDir(), "--socket", filepath.Join(t.TempDir(), "api.sock"), "--ready-file", filepath.Join(src, "missing", "ready.json")}, "--ready-file"},
+		{[]string{"emulate", "oss", "--root", src, "--listen", "127.0.0.1:0", "--ready-file", filepath.Join(src, "missing", "ready.json")}, "--ready-file"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runMlfsd(t, c.args...)

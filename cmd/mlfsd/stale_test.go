@@ -26,7 +26,7 @@ func serveForeignFUSE(mnt string) int {
 	}
 	for i, a := range os.Args[:len(os.Args)-1] {
 		if a == "--ready-file" {
-			if err := ready.Signal(os.Args[i+1], ready.Info{Mountpoint: mnt}); err != nil {
+			if err := ready.Write(os.Args[i+1], ready.Info{Mountpoint: mnt}); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}

@@ -1,9 +1,9 @@
 // Package ready is how a long-running mlfsd process (the daemon, a
 // foreground mount, an emulator) tells whoever started it that it serves:
 // a file written atomically once it does, naming the addresses it serves
-// on, and sd_notify READY=1 when systemd asked for it ($NOTIFY_SOCKET).
-// Tests, systemd and Kubernetes probes wait on these, never on log lines,
-// whose wording is free to change.
+// on (Write), and, for the daemon, sd_notify READY=1 when systemd asked
+// for it (Notify). Tests, systemd and Kubernetes probes wait on these,
+// never on log lines, whose wording is free to change.
 package ready
 
 import (
@@ -36,23 +36,23 @@ type Info struct {
 	DataNodeAddr string `json:"datanode_addr,omitempty"`
 }
 
-// Signal says the process serves: it writes info (with this PID) to path
-// unless path is empty, then sends READY=1 to systemd if $NOTIFY_SOCKET is
-// set. The file is written to a temporary name and renamed, so a reader
-// sees all of it or none; it is not removed at exit (a taken-over daemon's
-// successor writes it again).
-func Signal(path string, info Info) error {
-	if path != "" {
-		info.PID = os.Getpid()
-		b, err := json.Marshal(info)
-		if err != nil {
-			return err
-		}
-		if err := writeAtomic(path, append(b, '\n')); err != nil {
-			return fmt.Errorf("ready file %s: %w", path, err)
-		}
+// Write says the process serves: it writes info (with this PID) to path,
+// or does nothing if path is empty. The file is written to a temporary
+// name and renamed, so a reader sees all of it or none; it is not removed
+// at exit (a taken-over daemon's successor writes it again).
+func Write(path string, info Info) error {
+	if path == "" {
+		return nil
 	}
-	return Notify("READY=1")
+	info.PID = os.Getpid()
+	b, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(path, append(b, '\n')); err != nil {
+		return fmt.Errorf("ready file %s: %w", path, err)
+	}
+	return nil
 }
 
 // Check refuses, before a process starts serving, a ready file path whose
@@ -118,7 +118,10 @@ func Read(path string) (Info, error) {
 
 // Notify sends a state ("READY=1", "STOPPING=1", "MAINPID=N") to systemd
 // over $NOTIFY_SOCKET (the sd_notify protocol: one datagram); without
-// that variable it does nothing.
+// that variable it does nothing. Only the daemon notifies: a foreground
+// mount may be the child of a process whose unit gave it $NOTIFY_SOCKET
+// (the mount helper passes its environment on), and a READY=1 from it
+// would speak for that unit.
 func Notify(state string) error {
 	path := os.Getenv("NOTIFY_SOCKET")
 	if path == "" {

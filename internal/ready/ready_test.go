@@ -9,14 +9,13 @@ import (
 	"testing"
 )
 
-func TestSignalWritesWhatReadReturns(t *testing.T) {
+func TestWriteWritesWhatReadReturns(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ready.json")
 	if _, err := Read(path); !errors.Is(err, ErrNotReady) {
-		t.Fatalf("Read before Signal: %v, want ErrNotReady", err)
+		t.Fatalf("Read before Write: %v, want ErrNotReady", err)
 	}
-	t.Setenv("NOTIFY_SOCKET", "")
 	want := Info{Socket: "/run/mlfsd.sock", Metrics: "127.0.0.1:9469"}
-	if err := Signal(path, want); err != nil {
+	if err := Write(path, want); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Read(path)
@@ -29,25 +28,24 @@ func TestSignalWritesWhatReadReturns(t *testing.T) {
 	}
 	entries, err := os.ReadDir(filepath.Dir(path))
 	if err != nil || len(entries) != 1 {
-		t.Fatalf("directory after Signal: %v, %v; want the ready file alone (no temporary left)", entries, err)
+		t.Fatalf("directory after Write: %v, %v; want the ready file alone (no temporary left)", entries, err)
 	}
 }
 
-func TestSignalRefusesUnwritablePath(t *testing.T) {
-	t.Setenv("NOTIFY_SOCKET", "")
+func TestWriteRefusesUnwritablePath(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "missing-dir", "ready.json")
 	if err := Check(path); err == nil || !strings.Contains(err.Error(), "missing-dir") {
 		t.Fatalf("Check of a path in a missing directory: %v, want an error naming it", err)
 	}
-	if err := Signal(path, Info{}); err == nil {
-		t.Fatal("Signal into a missing directory succeeded")
+	if err := Write(path, Info{}); err == nil {
+		t.Fatal("Write into a missing directory succeeded")
 	}
 	if err := Check(""); err != nil {
 		t.Fatalf("Check of no path: %v", err)
 	}
 }
 
-func TestSignalNotifiesSystemd(t *testing.T) {
+func TestNotifySystemd(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "notify.sock")
 	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
 	if err != nil {
@@ -55,7 +53,7 @@ func TestSignalNotifiesSystemd(t *testing.T) {
 	}
 	defer l.Close()
 	t.Setenv("NOTIFY_SOCKET", sock)
-	if err := Signal("", Info{}); err != nil {
+	if err := Notify("READY=1"); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 64)
