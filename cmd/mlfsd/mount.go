@@ -51,9 +51,10 @@ again; a stale mount of another filesystem is refused.`,
 			// The node's Close only has mounts left to undo on an error
 			// path; the normal end is the unmount below.
 			defer n.Close(context.Background())
-			var ms *http.Server
+			var metricsAddr string
 			if metricsListen != "" {
-				if ms, err = serveMetrics(a, n, metricsListen); err != nil {
+				var ms *http.Server
+				if ms, metricsAddr, err = serveMetrics(a, n, metricsListen); err != nil {
 					return err
 				}
 				defer ms.Close()
@@ -62,11 +63,7 @@ again; a stale mount of another filesystem is refused.`,
 			if err != nil {
 				return err
 			}
-			r := ready.Info{Mountpoint: info.Target}
-			if ms != nil {
-				r.Metrics = ms.Addr
-			}
-			if err := ready.Write(a.readyFile, r); err != nil {
+			if err := ready.Write(a.readyFile, ready.Info{Mountpoint: info.Target, Metrics: metricsAddr}); err != nil {
 				return err // n.Close unmounts
 			}
 			return serveUntilDone(ctx, a, n, info.Target)
