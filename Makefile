@@ -4,7 +4,7 @@ GO      ?= go
 BIN     ?= bin/mlfsd
 DEMO    ?= /tmp/mlfsd-demo
 
-.PHONY: deps build test demo lint
+.PHONY: deps build test test-stress demo lint
 
 # Debian packages the tests and the demo need (fuse3, ...), installed once.
 deps:
@@ -18,6 +18,9 @@ deps:
 
 build:
 	$(GO) build -o $(BIN) ./cmd/mlfsd
+
+# The packages `make test` runs (all of them unless narrowed, e.g. PKGS=./internal/...).
+PKGS ?= ./...
 
 # Where `make test` keeps go test's JSON events (per-test timings) for a look later.
 TESTJSON ?= /tmp/mlfsd-test.json
@@ -33,11 +36,19 @@ TESTJSON ?= /tmp/mlfsd-test.json
 # Kerberos renewal test in backends/hdfs), using little CPU; with -p 2 they held both
 # slots and cmd/mlfsd started only after 5 of its 11 minutes.
 test: deps
-	$(GO) vet ./... ./.ci/testreport
+	$(GO) vet $(PKGS) ./.ci/testreport ./.ci/memhog
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) test ./.ci/testreport
 	$(GO) build -o bin/testreport ./.ci/testreport
-	set -o pipefail; $(GO) test -race -p 4 -timeout 30m -json ./... | tee $(TESTJSON) | bin/testreport
+	set -o pipefail; $(GO) test -race -p 4 -timeout 30m -json $(PKGS) | tee $(TESTJSON) | bin/testreport
+
+# The suite under load: two fresh clones of HEAD run `make test` side by side
+# while a memory hog (.ci/memhog) holds half of the machine's memory; fails if
+# either run fails, and names the files that keep each run's output. About
+# twice as long as `make test`. STRESS_PKGS narrows the packages (a dry run:
+# STRESS_PKGS=./internal/... STRESS_MEM_FRACTION=0.05); see .ci/test-stress.
+test-stress:
+	./.ci/test-stress
 
 # The quickstart: an example training job on local directories, no cloud account.
 demo: deps build

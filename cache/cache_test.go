@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 func newTestCache(t *testing.T, opt Options) *Cache {
@@ -144,9 +145,7 @@ func TestConcurrentReadersFetchOnce(t *testing.T) {
 		}()
 	}
 	// Let every reader queue up behind the first fetch, then release it.
-	for len(b.readLog()) == 0 {
-		runtimeYield()
-	}
+	testwait.Eventually(t, func() bool { return len(b.readLog()) > 0 }, "the first fetch")
 	close(gate)
 	wg.Wait()
 	close(errs)

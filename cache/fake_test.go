@@ -176,7 +176,7 @@ func (f *fakeBackend) Read(ctx context.Context, key string, opt backends.ReadOpt
 		}
 	}
 	if ttfb > 0 {
-		time.Sleep(ttfb)
+		time.Sleep(ttfb) // the injected time to first byte: the behaviour under test
 	}
 	return io.NopCloser(bytes.NewReader(o.data[start:end])), nil
 }
@@ -212,8 +212,6 @@ func describeReads(rs []readRec) string {
 	}
 	return sb.String()
 }
-
-func runtimeYield() { time.Sleep(time.Millisecond) }
 
 // dupFd duplicates fd, so the test can wrap it in an *os.File without
 // taking ownership of the cache's descriptor.

@@ -3,7 +3,8 @@ package cache
 import (
 	"context"
 	"testing"
-	"time"
+
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // Demand fetches get free slots before prefetches, and prefetch never takes
@@ -57,8 +58,11 @@ func TestRequestSlotsDemandFirst(t *testing.T) {
 	// A waiter that gives up leaves no slot taken.
 	cctx, cancel := context.WithCancel(ctx)
 	s2 := newRequestSlots(2)
-	s2.acquire(ctx, false)
-	s2.acquire(ctx, false)
+	for range 2 {
+		if err := s2.acquire(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+	}
 	errc := make(chan error)
 	go func() { errc <- s2.acquire(cctx, false) }()
 	waitFor(t, func() bool { s2.mu.Lock(); defer s2.mu.Unlock(); return len(s2.demand) == 1 })
@@ -77,10 +81,5 @@ func TestRequestSlotsDemandFirst(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within a minute")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Eventually(t, cond, "the condition")
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/all"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // fakeMounter stands in for FUSE: an input "mount" fills the mountpoint with
@@ -390,11 +391,8 @@ func TestRunForwardsSignals(t *testing.T) {
 			r.Signals = sigs
 			go func() {
 				ready := filepath.Join(r.Plan.OutputDir(Channel{Name: "model"}), "ready")
-				for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-					if _, err := os.Stat(ready); err == nil {
-						break
-					}
-				}
+				// Sent at the guard at the latest: Run's status says then.
+				testwait.Until(testwait.Guard, func() bool { _, err := os.Stat(ready); return err == nil })
 				sigs <- c.sig
 			}()
 			status, err := r.Run(context.Background())
@@ -545,11 +543,10 @@ func TestRunSignalReachesTheWholeJob(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	r.Signals = sigs
 	go func() {
-		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if data, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(data), "\n") {
-				break
-			}
-		}
+		testwait.Until(testwait.Guard, func() bool {
+			data, err := os.ReadFile(pidFile)
+			return err == nil && strings.HasSuffix(string(data), "\n")
+		})
 		sigs <- syscall.SIGTERM
 	}()
 	// Run returns once the job's processes are gone: only a signal ends
@@ -584,15 +581,12 @@ func TestRunSignalReachesTheWholeJob(t *testing.T) {
 	var pid int
 	fmt.Sscan(string(data), &pid)
 	// The shell's child got the signal too (give the kernel a moment to reap it).
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+	if err := testwait.Until(testwait.Guard, func() bool {
 		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil || strings.Contains(string(stat), ") Z ") {
-			break // gone, or a zombie waiting for init
-		}
-		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("the job's background process %d survived the signal", pid)
-		}
+		return err != nil || strings.Contains(string(stat), ") Z ") // gone, or a zombie waiting for init
+	}); err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("the job's background process %d survived the signal", pid)
 	}
 }
 

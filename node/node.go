@@ -111,12 +111,15 @@ const (
 	// for its client to bring the credentials it was made with (they are
 	// not kept); it is not served meanwhile.
 	StateWaitingCredentials = "waiting_for_credentials"
+	// StateDraining: an Unmount is uploading the output's closed files
+	// before it detaches the mount, which is served meanwhile.
+	StateDraining = "draining"
 )
 
 // MountStatus is a mount's figures.
 type MountStatus struct {
 	MountInfo
-	// State is StateMounted or StateWaitingCredentials.
+	// State is StateMounted, StateDraining or StateWaitingCredentials.
 	State string `json:"state"`
 	// ReadBytes: bytes the daemon served to readers of an input mount
 	// (reads the kernel serves itself by passthrough are not seen here).
@@ -192,6 +195,23 @@ type mount struct {
 	// detaching: the unmount under way drained and is detaching the
 	// mount; a handover is refused from then on. GUARDED_BY(mu)
 	detaching bool
+	// draining counts the drains under way (an Unmount's, a client's
+	// Drain): the mount is StateDraining while it is above 0.
+	// GUARDED_BY(mu)
+	draining int
+}
+
+// drain drains m's store, counted in m.draining for Status meanwhile.
+func (n *Node) drain(ctx context.Context, m *mount) error {
+	m.mu.Lock()
+	m.draining++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.draining--
+		m.mu.Unlock()
+	}()
+	return m.store.Drain(ctx, n.progress(m))
 }
 
 // unmountAttempt is one Unmount of a mount; a concurrent Unmount of the
@@ -710,7 +730,7 @@ func (n *Node) Drain(ctx context.Context, target string) error {
 	if m.store == nil {
 		return nil
 	}
-	err = m.store.Drain(ctx, n.progress(m))
+	err = n.drain(ctx, m)
 	if err != nil && n.handingOver() {
 		// Cut by the handover: the new daemon uploads the rest from
 		// the journal; the client drains again there.
@@ -794,7 +814,7 @@ func (n *Node) unmountOnce(ctx context.Context, m *mount, drain bool) (detached 
 	var derr error
 	if drain && m.store != nil {
 		n.log.Info("draining", "mountpoint", m.info.Target)
-		if derr = m.store.Drain(ctx, n.progress(m)); derr != nil {
+		if derr = n.drain(ctx, m); derr != nil {
 			derr = fmt.Errorf("drain %s: %w", m.info.Target, derr)
 		}
 	}
@@ -847,6 +867,11 @@ func (n *Node) Status() []MountStatus {
 	out := make([]MountStatus, 0, len(ms))
 	for _, m := range ms {
 		s := MountStatus{MountInfo: m.info, State: StateMounted}
+		m.mu.Lock()
+		if m.draining > 0 {
+			s.State = StateDraining
+		}
+		m.mu.Unlock()
 		s.BackendReadBytes, s.BackendRequests = m.metrics.backendFigures()
 		if m.view != nil {
 			v := m.view.Stats()

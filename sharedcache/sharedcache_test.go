@@ -82,10 +82,12 @@ func forge(obj []byte, blockSize int64, withKey bool, change func([]byte) []byte
 	return append(encodeHeader(newMACKey(key), blockSize, h, data), data...)
 }
 
-// testOptions: a short deadline, since the suite's slow store never answers,
-// and a short wait for a block another node claimed: the corruption tests
-// leave the first node's claims live over blocks they spoil, and each
-// waits that long once before it reads the source.
+// testOptions: a short deadline (the conformance suite sets its own for
+// its tiers: short where the store is made to fail or hang, a hang guard
+// where it is healthy), a short backoff, and a short wait for a block
+// another node claimed: the corruption tests leave the first node's claims
+// live over blocks they spoil, and each waits that long once before it
+// reads the source.
 func testOptions(bs int64) Options {
 	return Options{Key: testKey, BlockSize: bs, Timeout: 300 * time.Millisecond, Backoff: 200 * time.Millisecond, QueueBytes: 64 << 20,
 		FlightWait: 300 * time.Millisecond}
@@ -107,8 +109,9 @@ func harness(store func(*testing.T) backends.Backend, mutate func(*Options)) sha
 			t.Cleanup(func() { b.Close() })
 			return b
 		},
-		New: func(t *testing.T, s backends.Backend, bs int64) sharedtest.Tier {
-			opt := testOptions(bs)
+		New: func(t *testing.T, s backends.Backend, c sharedtest.Config) sharedtest.Tier {
+			opt := testOptions(c.BlockSize)
+			opt.Timeout = c.Timeout
 			if mutate != nil {
 				mutate(&opt)
 			}

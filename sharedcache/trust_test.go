@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // TestKeyRequired: a tier without a key, or with a short one, does not
@@ -197,10 +198,7 @@ func boundRun(t *testing.T, noBound bool) (most, maxBytes, blockObj int64, st St
 	if !noBound {
 		// The sweep the bound asked for runs behind the reads: wait for
 		// it, then read on: writing must go on.
-		deadline := time.Now().Add(2 * time.Minute) // a hang guard
-		for tier.Stats().Sweeps == 0 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		testwait.Eventually(t, func() bool { return tier.Stats().Sweeps > 0 }, "the sweep the bound asked for")
 		for i := 48; i < 52; i++ {
 			read(i)
 		}

@@ -36,14 +36,19 @@ trap cleanup EXIT
 (cd "$here" && go build -o "$work/mlfsd" ./cmd/mlfsd)
 mkdir -p "$out"
 
-# waitfor FILE PATTERN: poll a log file until a line matches (60 s max).
-waitfor() {
-	for _ in $(seq 600); do
-		grep -q "$2" "$1" 2>/dev/null && return 0
-		sleep 0.1
+# waitready READY PID LOG: wait until the mlfsd process PID wrote its
+# --ready-file READY (it serves then), failing if it exits first (LOG says why).
+waitready() {
+	while [ ! -s "$1" ]; do
+		if ! kill -0 "$2" 2>/dev/null; then
+			echo "mlfsd exited before it was ready:" >&2; cat "$3" >&2; return 1
+		fi
+		sleep 0.1 # polls the ready file: a shell has no other way to wait on it
 	done
-	echo "timed out waiting for '$2' in $1:" >&2; cat "$1" >&2; return 1
 }
+
+# readyfield READY NAME: a string field of a ready file.
+readyfield() { grep -o "\"$2\":\"[^\"]*\"" "$1" | cut -d'"' -f4; }
 
 for be in "${backends[@]}"; do
 	mnt="$work/mnt-$be"
@@ -58,21 +63,22 @@ for be in "${backends[@]}"; do
 		mkdir -p "$work/oss/bkt"
 		# The emulator checks signatures: give it the pair the mount signs with.
 		OSS_ACCESS_KEY_ID=test OSS_ACCESS_KEY_SECRET=test \
-			"$work/mlfsd" emulate oss --root "$work/oss" --listen 127.0.0.1:0 >"$work/emu.log" 2>&1 &
+			"$work/mlfsd" emulate oss --root "$work/oss" --listen 127.0.0.1:0 \
+			--ready-file "$work/emu.ready" >"$work/emu.log" 2>&1 &
 		pids+=($!)
-		waitfor "$work/emu.log" "endpoint=" || exit 1
-		ep=$(grep -o 'endpoint=[^ ]*' "$work/emu.log" | head -1 | cut -d= -f2)
+		waitready "$work/emu.ready" "$!" "$work/emu.log" || exit 1
+		ep="http://$(readyfield "$work/emu.ready" addr)"
 		uri="oss://bkt/pjd/"
 		extra=(--oss-endpoint "$ep")
 		;;
 	*) echo "unknown backend $be (want nas or oss)" >&2; exit 2 ;;
 	esac
 	OSS_ACCESS_KEY_ID=test OSS_ACCESS_KEY_SECRET=test \
-		"$work/mlfsd" mount --staging-dir "$work/staging-$be" "${extra[@]}" "$uri" "$mnt" >"$out/mount-$be.log" 2>&1 &
+		"$work/mlfsd" mount --staging-dir "$work/staging-$be" "${extra[@]}" --ready-file "$work/mount-$be.ready" \
+		"$uri" "$mnt" >"$out/mount-$be.log" 2>&1 &
 	mpid=$!
 	pids+=($mpid)
-	for _ in $(seq 600); do grep -q " $mnt fuse" /proc/mounts && break; sleep 0.1; done
-	grep -q " $mnt fuse" /proc/mounts || { echo "mount of $uri failed:" >&2; cat "$out/mount-$be.log" >&2; exit 1; }
+	waitready "$work/mount-$be.ready" "$mpid" "$out/mount-$be.log" || { echo "mount of $uri failed" >&2; exit 1; }
 
 	echo "## $be ($uri)"
 	printf '%-12s %6s %6s %6s\n' dir tests failed passed

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/nas"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // A crash test snapshots the staging dir and the backend at a crash point
@@ -454,17 +455,11 @@ func checkRecovery(t *testing.T, sn crashSnap) {
 		}
 	}
 	// Staged data is freed just after an upload is counted: poll.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	if err := testwait.Until(testwait.Guard, func() bool { blobs, recs := stagingFiles(t, s); return blobs == 0 && recs == 0 }); err != nil {
 		blobs, recs := stagingFiles(t, s)
-		if blobs == 0 && recs == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("crash at %s: staging keeps %d blobs and %d records after the drain", sn.point, blobs, recs)
-			break
-		}
+		t.Errorf("crash at %s: staging keeps %d blobs and %d records after the drain", sn.point, blobs, recs)
 	}
-	s.Close()
+	closeStore(t, s)
 }
 
 // TestCrashAtEveryTransition: a crash at each transition of a version, in

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // TestDrainRateCountsOnlyTheWindow: a file already sent when the drain
@@ -20,13 +22,7 @@ func TestDrainRateCountsOnlyTheWindow(t *testing.T) {
 	// a: every byte sent, the commit held.
 	f.hold("a")
 	writeFile(t, s, "a", a)
-	deadline := time.Now().Add(time.Minute)
-	for s.sent.Load() < int64(len(a)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("a: %d of %d bytes sent after a minute", s.sent.Load(), len(a))
-		}
-		time.Sleep(5 * time.Millisecond) // polls a counter that has no signal
-	}
+	testwait.Eventually(t, func() bool { return s.sent.Load() >= int64(len(a)) }, "every byte of a to be sent") // a counter that has no signal
 	// b: its upload may not start before the drain's window opens.
 	startB := make(chan struct{})
 	f.mu.Lock()

@@ -3,6 +3,8 @@ package writeback
 import (
 	"testing"
 	"time"
+
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // TestEntryOperationState: an exclusive operation waits for the reads and
@@ -17,17 +19,11 @@ func TestEntryOperationState(t *testing.T) {
 	s.mu.Unlock()
 	state := func(cond func() bool, what string) {
 		t.Helper()
-		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Millisecond) {
+		testwait.Eventually(t, func() bool {
 			s.mu.Lock()
-			ok := cond()
-			s.mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("never reached: %s", what)
-			}
-		}
+			defer s.mu.Unlock()
+			return cond()
+		}, "%s", what)
 	}
 	within := func(ch chan struct{}, what string) {
 		t.Helper()

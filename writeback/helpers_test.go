@@ -17,6 +17,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/nas"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // newNAS opens a real NAS backend on a fresh directory.
@@ -257,7 +258,7 @@ func openStore(t *testing.T, b backends.Backend, staging string, tweak func(*Opt
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { closeStore(t, s) })
 	return s
 }
 
@@ -364,11 +365,7 @@ func waitStarted(t *testing.T, f *faulty, key string) {
 // a close adopts it).
 func waitStreaming(t *testing.T, s *Store, h *Handle) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Minute); s.streamedBytes(h.e) == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the stream sent nothing")
-		}
-	}
+	testwait.Eventually(t, func() bool { return s.streamedBytes(h.e) > 0 }, "the stream to send bytes")
 }
 
 // streamedBytes is how much of e the stream has sent so far.
@@ -379,4 +376,37 @@ func (s *Store) streamedBytes(e *entry) int64 {
 		return 0
 	}
 	return e.stream.sentBytes
+}
+
+// writeAt writes p at off through h, failing the test if the write fails
+// or is short.
+func writeAt(t testing.TB, ctx context.Context, h *Handle, p []byte, off int64) {
+	t.Helper()
+	if n, err := h.WriteAt(ctx, p, off); err != nil || n != len(p) {
+		t.Fatalf("write %s at %d: %d of %d bytes, %v", h.Key(), off, n, len(p), err)
+	}
+}
+
+// flush flushes h (close(2) of a descriptor), failing the test on an error.
+func flush(t testing.TB, ctx context.Context, h *Handle) {
+	t.Helper()
+	if err := h.Flush(ctx); err != nil {
+		t.Fatalf("flush %s: %v", h.Key(), err)
+	}
+}
+
+// release releases h (the last close), failing the test on an error.
+func release(t testing.TB, h *Handle) {
+	t.Helper()
+	if err := h.Release(); err != nil {
+		t.Fatalf("release %s: %v", h.Key(), err)
+	}
+}
+
+// closeStore closes s, failing the test on an error.
+func closeStore(t testing.TB, s *Store) {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatalf("close store: %v", err)
+	}
 }

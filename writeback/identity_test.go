@@ -78,7 +78,7 @@ func TestRecoverWithAnotherEndpoint(t *testing.T) {
 			f.hold()
 			data := randBytes(3, 100<<10)
 			writeFile(t, s1, "ckpt", data)
-			s1.Close() // the crash: the upload never finished
+			closeStore(t, s1) // the crash: the upload never finished
 			f.release()
 			if legacy {
 				// As an earlier version left it: keyed by the address.
@@ -92,7 +92,7 @@ func TestRecoverWithAnotherEndpoint(t *testing.T) {
 			so := openStore(t, otherF, staging, nil)
 			otherF.hold()
 			writeFile(t, so, "theirs", []byte("x"))
-			so.Close()
+			closeStore(t, so)
 			otherF.release()
 
 			var logs syncBuf
@@ -129,7 +129,7 @@ func TestNameTooLongNeverBlocks(t *testing.T) {
 	}
 	wantFile(t, dir, "fine", []byte("ok"))
 	must(t, s.Remove(context.Background(), long))
-	s.Close()
+	closeStore(t, s)
 	s2 := openStore(t, nb, staging, nil)
 	drain(t, s2) // nothing pending, nothing failing
 }
@@ -144,7 +144,7 @@ func TestCorruptRecordNeverWedges(t *testing.T) {
 	s1 := openStore(t, f, staging, nil)
 	f.hold()
 	writeFile(t, s1, "good", []byte("closed"))
-	s1.Close()
+	closeStore(t, s1)
 	f.release()
 	must(t, os.WriteFile(filepath.Join(s1.jr.dir, "0123456789abcdef.json"), []byte(`{"id":"0123`), 0o600))
 	s2 := openStore(t, nb, staging, nil)
@@ -153,7 +153,7 @@ func TestCorruptRecordNeverWedges(t *testing.T) {
 		t.Fatalf("Drain = %v, want ErrUploadFailed reporting the corrupt record", err)
 	}
 	wantFile(t, dir, "good", []byte("closed"))
-	s2.Close()
+	closeStore(t, s2)
 	s3 := openStore(t, nb, staging, nil)
 	drain(t, s3)
 }
@@ -213,7 +213,7 @@ func TestRecoverSameStoreOtherName(t *testing.T) {
 			f.hold()
 			data := randBytes(5, 10<<10)
 			writeFile(t, s1, "ckpt", data)
-			s1.Close() // the crash: the upload never finished
+			closeStore(t, s1) // the crash: the upload never finished
 			f.release()
 
 			var logs syncBuf

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends/oss"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // TestCrashDuringMultipartAbortsIt: a daemon killed during a multipart
@@ -46,13 +46,12 @@ func TestCrashDuringMultipartAbortsIt(t *testing.T) {
 	// aborts the upload (a part failing on the aborted upload would make
 	// s1 retry with a new upload, left open at the end).
 	waitCommit(t, f, "big.pt")
-	var recs []string
-	for deadline := time.Now().Add(30 * time.Second); len(recs) == 0; time.Sleep(5 * time.Millisecond) {
-		recs, _ = filepath.Glob(filepath.Join(s1.uploadsDir(), "*.json"))
-		if time.Now().After(deadline) {
-			t.Fatal("the multipart upload was never recorded")
-		}
+	uploadRecords := func(s *Store) int {
+		recs, err := filepath.Glob(filepath.Join(s.uploadsDir(), "*.json"))
+		must(t, err)
+		return len(recs)
 	}
+	testwait.Eventually(t, func() bool { return uploadRecords(s1) > 0 }, "the multipart upload to be recorded")
 	left := s1.leftUploads()
 	if len(left) != 1 || left[0].Key != "big.pt" {
 		t.Fatalf("recorded uploads = %+v, want one of big.pt", left)
@@ -71,15 +70,8 @@ func TestCrashDuringMultipartAbortsIt(t *testing.T) {
 	drain(t, s2)
 	got, err := open2.Read(context.Background(), "big.pt", backends.ReadOptions{Length: -1})
 	must(t, err)
-	got.Close()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if recs, _ := filepath.Glob(filepath.Join(s2.uploadsDir(), "*.json")); len(recs) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the left upload's record was never cleared (abort failed?)")
-		}
-	}
+	must(t, got.Close())
+	testwait.Eventually(t, func() bool { return uploadRecords(s2) == 0 }, "the left upload's record to be cleared (abort failed?)")
 	// The store no longer holds the upload: aborting it again finds nothing,
 	// and the emulator lists no upload in progress.
 	if n := openUploads(t, endpoint); n != 0 {

@@ -6,7 +6,8 @@ import (
 	"os"
 	"strconv"
 	"testing"
-	"time"
+
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // ptFile opens key for passthrough writing and returns the staging file as
@@ -39,7 +40,9 @@ func TestPassthroughStreamVerified(t *testing.T) {
 
 	h, kf := ptFile(t, s, "seq.pt", true)
 	for off := 0; off < len(data); off += 1 << 20 {
-		kf.WriteAt(data[off:off+1<<20], int64(off))
+		if _, err := kf.WriteAt(data[off:off+1<<20], int64(off)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitStarted(t, f, "seq.pt") // the stream follows the file by polling
 	waitStreaming(t, s, h)
@@ -57,15 +60,15 @@ func TestPassthroughStreamVerified(t *testing.T) {
 	// Bytes rewritten after they were streamed: the hash check catches it.
 	h, kf = ptFile(t, s, "rw.pt", true)
 	for off := 0; off < 6<<20; off += 1 << 20 {
-		kf.WriteAt(data[off:off+1<<20], int64(off))
-	}
-	waitStarted(t, f, "rw.pt")
-	for deadline := time.Now().Add(2 * time.Minute); s.streamedBytes(h.e) < 2<<20; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the stream did not send the first 2 MiB")
+		if _, err := kf.WriteAt(data[off:off+1<<20], int64(off)); err != nil {
+			t.Fatal(err)
 		}
 	}
-	kf.WriteAt([]byte("REWRITTEN"), 1000)
+	waitStarted(t, f, "rw.pt")
+	testwait.Eventually(t, func() bool { return s.streamedBytes(h.e) >= 2<<20 }, "the stream to send the first 2 MiB")
+	if _, err := kf.WriteAt([]byte("REWRITTEN"), 1000); err != nil {
+		t.Fatal(err)
+	}
 	must(t, h.Flush(ctx))
 	must(t, h.Release())
 	drain(t, s)
@@ -79,10 +82,14 @@ func TestPassthroughFsyncThenMoreWrites(t *testing.T) {
 	s := openStore(t, nb, t.TempDir(), nil)
 	ctx := context.Background()
 	h, kf := ptFile(t, s, "log", true)
-	kf.WriteAt([]byte("first\n"), 0)
+	if _, err := kf.WriteAt([]byte("first\n"), 0); err != nil {
+		t.Fatal(err)
+	}
 	must(t, h.Sync(ctx, true))
 	wantFile(t, dir, "log", []byte("first\n"))
-	kf.WriteAt([]byte("second\n"), 6)
+	if _, err := kf.WriteAt([]byte("second\n"), 6); err != nil {
+		t.Fatal(err)
+	}
 	must(t, h.Flush(ctx))
 	must(t, h.Release())
 	drain(t, s)
@@ -100,10 +107,14 @@ func TestPassthroughChangedAfterCloseNotPublished(t *testing.T) {
 	ctx := context.Background()
 	f.hold()
 	h, kf := ptFile(t, s, "m.pt", true)
-	kf.WriteAt([]byte("closed state"), 0)
+	if _, err := kf.WriteAt([]byte("closed state"), 0); err != nil {
+		t.Fatal(err)
+	}
 	must(t, h.Flush(ctx))
-	kf.WriteAt([]byte("LATER"), 0) // through the descriptor still open
-	s.Close()
+	if _, err := kf.WriteAt([]byte("LATER"), 0); err != nil { // through the descriptor still open
+		t.Fatal(err)
+	}
+	closeStore(t, s)
 	f.release()
 	s2 := openStore(t, nb, staging, nil)
 	err := s2.Drain(ctx, nil)

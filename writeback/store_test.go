@@ -43,14 +43,14 @@ func TestReadSeesStagedBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Release()
-	h.WriteAt(ctx, []byte("hello world"), 0)
-	h.WriteAt(ctx, []byte("W"), 6)
+	defer release(t, h)
+	writeAt(t, ctx, h, []byte("hello world"), 0)
+	writeAt(t, ctx, h, []byte("W"), 6)
 	r, err := s.Open(ctx, "f", nil, OpenFlags{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Release()
+	defer release(t, r)
 	buf := make([]byte, 64)
 	n, err := r.ReadAt(ctx, buf, 0)
 	if err != io.EOF || string(buf[:n]) != "hello World" {
@@ -62,8 +62,12 @@ func TestReadSeesStagedBytes(t *testing.T) {
 func TestCopyOnOpenForWrite(t *testing.T) {
 	nb, dir := newNAS(t)
 	f := newFaulty(nb)
-	os.WriteFile(filepath.Join(dir, "x"), []byte("0123456789"), 0o644)
-	os.WriteFile(filepath.Join(dir, "y"), []byte("old content"), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "x"), []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "y"), []byte("old content"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	s := openStore(t, f, t.TempDir(), nil)
 	ctx := context.Background()
 	info, err := nb.Stat(ctx, "x")
@@ -74,19 +78,22 @@ func TestCopyOnOpenForWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.WriteAt(ctx, []byte("AB"), 2)
-	h.WriteAt(ctx, []byte("!"), 10) // append
-	h.Flush(ctx)
-	h.Release()
-	yinfo, _ := nb.Stat(ctx, "y")
+	writeAt(t, ctx, h, []byte("AB"), 2)
+	writeAt(t, ctx, h, []byte("!"), 10) // append
+	flush(t, ctx, h)
+	release(t, h)
+	yinfo, err := nb.Stat(ctx, "y")
+	if err != nil {
+		t.Fatal(err)
+	}
 	reads := f.reads.Load()
 	h, err = s.Open(ctx, "y", &yinfo, OpenFlags{Write: true, Truncate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.WriteAt(ctx, []byte("new"), 0)
-	h.Flush(ctx)
-	h.Release()
+	writeAt(t, ctx, h, []byte("new"), 0)
+	flush(t, ctx, h)
+	release(t, h)
 	if f.reads.Load() != reads {
 		t.Errorf("O_TRUNC fetched the old object from the backend")
 	}
@@ -140,8 +147,8 @@ func TestRecoverAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open.WriteAt(ctx, randBytes(9, 1<<20), 0) // never closed
-	s1.Close()                                // the "crash": aborts uploads
+	writeAt(t, ctx, open, randBytes(9, 1<<20), 0) // never closed
+	closeStore(t, s1)                             // the "crash": aborts uploads
 	f.release()
 	for k := range want {
 		wantMissing(t, dir, k)
@@ -274,7 +281,7 @@ func TestPermanentFailureIsLoudAndKept(t *testing.T) {
 	if got := asideData(s); !bytes.Equal(got, data) {
 		t.Fatalf("set-aside data is %d bytes, want the %d closed", len(got), len(data))
 	}
-	s.Close()
+	closeStore(t, s)
 	s2 := openStore(t, nb, staging, nil)
 	drain(t, s2) // nothing pending, nothing failing
 	wantMissing(t, dir, "denied.bin")
@@ -363,18 +370,21 @@ func TestUnlinkedWhileOpenIsNotUploaded(t *testing.T) {
 	nb, dir := newNAS(t)
 	s := openStore(t, nb, t.TempDir(), nil)
 	ctx := context.Background()
-	h, _ := s.Open(ctx, "tmp", nil, OpenFlags{Write: true, Truncate: true})
-	h.WriteAt(ctx, []byte("scratch"), 0)
+	h, err := s.Open(ctx, "tmp", nil, OpenFlags{Write: true, Truncate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAt(t, ctx, h, []byte("scratch"), 0)
 	if err := s.Remove(ctx, "tmp"); err != nil {
 		t.Fatal(err)
 	}
-	h.WriteAt(ctx, []byte("!"), 7)
+	writeAt(t, ctx, h, []byte("!"), 7)
 	buf := make([]byte, 8)
-	if n, _ := h.ReadAt(ctx, buf, 0); string(buf[:n]) != "scratch!" {
+	if n, err := h.ReadAt(ctx, buf, 0); (err != nil && err != io.EOF) || string(buf[:n]) != "scratch!" {
 		t.Fatalf("read after unlink = %q", buf[:n])
 	}
-	h.Flush(ctx)
-	h.Release()
+	flush(t, ctx, h)
+	release(t, h)
 	drain(t, s)
 	wantMissing(t, dir, "tmp")
 }
@@ -383,14 +393,17 @@ func TestFsyncDurable(t *testing.T) {
 	nb, dir := newNAS(t)
 	s := openStore(t, nb, t.TempDir(), nil)
 	ctx := context.Background()
-	h, _ := s.Open(ctx, "log.txt", nil, OpenFlags{Write: true, Truncate: true})
-	defer h.Release()
-	h.WriteAt(ctx, []byte("line 1\n"), 0)
+	h, err := s.Open(ctx, "log.txt", nil, OpenFlags{Write: true, Truncate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release(t, h)
+	writeAt(t, ctx, h, []byte("line 1\n"), 0)
 	if err := h.Sync(ctx, true); err != nil {
 		t.Fatal(err)
 	}
 	wantFile(t, dir, "log.txt", []byte("line 1\n")) // no drain: fsync waited
-	h.WriteAt(ctx, []byte("line 2\n"), 7)
+	writeAt(t, ctx, h, []byte("line 2\n"), 7)
 	if err := h.Sync(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -403,14 +416,17 @@ func TestStreamingUpload(t *testing.T) {
 	s := openStore(t, f, t.TempDir(), func(o *Options) { o.StreamThreshold = 1 << 20 })
 	ctx := context.Background()
 	data := randBytes(7, 16<<20)
-	h, _ := s.Open(ctx, "seq.bin", nil, OpenFlags{Write: true, Truncate: true})
+	h, err := s.Open(ctx, "seq.bin", nil, OpenFlags{Write: true, Truncate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for off := 0; off < len(data); off += 1 << 20 {
-		h.WriteAt(ctx, data[off:off+1<<20], int64(off))
+		writeAt(t, ctx, h, data[off:off+1<<20], int64(off))
 	}
 	waitStarted(t, f, "seq.bin") // began before close
 	waitStreaming(t, s, h)
-	h.Flush(ctx)
-	h.Release()
+	flush(t, ctx, h)
+	release(t, h)
 	drain(t, s)
 	wantFile(t, dir, "seq.bin", data)
 	if n := f.writes.Load(); n != 1 {
@@ -418,14 +434,17 @@ func TestStreamingUpload(t *testing.T) {
 	}
 
 	// A rewrite in the middle abandons the stream; the file still lands whole.
-	h, _ = s.Open(ctx, "rw.bin", nil, OpenFlags{Write: true, Truncate: true})
+	h, err = s.Open(ctx, "rw.bin", nil, OpenFlags{Write: true, Truncate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for off := 0; off < 4<<20; off += 1 << 20 {
-		h.WriteAt(ctx, data[off:off+1<<20], int64(off))
+		writeAt(t, ctx, h, data[off:off+1<<20], int64(off))
 	}
 	waitStarted(t, f, "rw.bin")
-	h.WriteAt(ctx, []byte("REWRITE"), 100)
-	h.Flush(ctx)
-	h.Release()
+	writeAt(t, ctx, h, []byte("REWRITE"), 100)
+	flush(t, ctx, h)
+	release(t, h)
 	drain(t, s)
 	want := append([]byte(nil), data[:4<<20]...)
 	copy(want[100:], "REWRITE")

@@ -247,7 +247,7 @@ func TestOpenRacingUnlinkWaits(t *testing.T) {
 		if err == nil {
 			buf := make([]byte, len(data)+1)
 			n, rerr := h.ReadAt(ctx, buf, 0)
-			h.Release()
+			release(t, h)
 			err = fmt.Errorf("open succeeded while the file was being unlinked (then read %d bytes, %v)", n, rerr)
 		}
 		opened <- err

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 func seed(t *testing.T, dir string, n int) {
@@ -31,18 +33,13 @@ func names(ents []Entry) []string {
 // of it to be trusted (no event signals the passing of time).
 func waitTrusted(t *testing.T, dir string) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	testwait.Eventually(t, func() bool {
 		var st syscall.Stat_t
 		if err := syscall.Stat(dir, &st); err != nil {
 			t.Fatal(err)
 		}
-		if time.Since(time.Unix(0, st.Ctim.Nano())) > racy+racy/2 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("directory ctime not in the past after a minute")
-		}
-	}
+		return time.Since(time.Unix(0, st.Ctim.Nano())) > racy+racy/2
+	}, "the directory's ctime to be %v in the past", racy+racy/2)
 }
 
 // TestOrderAndKeys: entries come sorted by the key function (a directory

@@ -16,6 +16,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/hdfs"
 	"github.com/mlfsd/mlfsd/backends/hdfs/hdfsemu"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 func randData(seed int64, n int) []byte {
@@ -289,8 +290,10 @@ func TestSafeMode(t *testing.T) {
 	}
 	b2 := open(t, s, "/", hdfs.Options{Retries: 20, RetryBackoff: 20 * time.Millisecond})
 	defer b2.Close()
+	// Safe mode ends once b2's change was refused: while it retries.
+	refused := s.SafeModeRefusals()
 	go func() {
-		time.Sleep(100 * time.Millisecond)
+		testwait.Until(testwait.Guard, func() bool { return s.SafeModeRefusals() > refused })
 		s.SetSafeMode(false)
 	}()
 	if err := b2.(backends.DirMaker).MakeDir(t.Context(), "x"); err != nil {

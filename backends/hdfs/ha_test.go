@@ -19,6 +19,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends/endpointtest"
 	"github.com/mlfsd/mlfsd/backends/hdfs"
 	"github.com/mlfsd/mlfsd/backends/hdfs/hdfsemu"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // standbyNamenode is a NameNode in standby: it speaks Hadoop RPC and
@@ -173,9 +174,7 @@ func TestHAFirstNamenodeFails(t *testing.T) {
 				// New clients go to the NameNode that answered: the silent
 				// one was tried by the first client only. (Its accept loop
 				// may lag behind the kernel's: wait for the first accept.)
-				for deadline := time.Now().Add(time.Minute); silentAccepted.Load() == 0 && time.Now().Before(deadline); {
-					time.Sleep(10 * time.Millisecond)
-				}
+				testwait.Until(testwait.Guard, func() bool { return silentAccepted.Load() > 0 }) // the count below says if not
 				if n := silentAccepted.Load(); n != 1 {
 					t.Errorf("the silent NameNode was tried %d times, want once", n)
 				}

@@ -248,9 +248,8 @@ func TestKerberosTicketCacheReread(t *testing.T) {
 	defer b.Close()
 	putGet(t, b, "before", randData(3, 10<<10))
 	kdc.KinitInto("alice@"+kdc.Realm, keytab, cc) // the renewal outside mlfsd
-	for time.Now().Before(expires.Add(time.Second)) {
-		time.Sleep(100 * time.Millisecond) // the first ticket's end is a point in time
-	}
+	// The first ticket's end is a point in time: the behaviour under test.
+	time.Sleep(time.Until(expires.Add(time.Second)))
 	// Each write takes a NameNode connection of its own; two at once need
 	// a new one, which must authenticate with the renewed cache.
 	done := make(chan error, 2)

@@ -7,7 +7,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // TestCheckpointOverwriteSIGKILL: a checkpoint is closed (version A), then
@@ -47,14 +48,10 @@ func checkpointOverwriteSIGKILL(t *testing.T, back store, pt, pending bool) {
 		t.Fatal(err)
 	}
 	if !pending {
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if got, ok := back.get("model.pt"); ok && bytes.Equal(got, A) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("A never reached the store")
-			}
-		}
+		testwait.Eventually(t, func() bool {
+			got, ok := back.get("model.pt")
+			return ok && bytes.Equal(got, A)
+		}, "A to reach the store")
 	}
 	// The rewrite: open(O_TRUNC) at once (the kernel may not even have
 	// released A's handle yet), half of B written, never closed.

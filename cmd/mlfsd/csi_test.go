@@ -21,6 +21,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // csiSanityVersion is the csi-test release the suite runs.
@@ -95,28 +96,32 @@ func startCSI(t *testing.T, mountRoot string, args ...string) (endpoint string, 
 			exec.Command("umount", "-l", m).Run()
 		}
 	})
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	// Probe is the CSI plugin's readiness check (what the kubelet asks).
+	var probeErr error
+	gone := false
+	if err := testwait.Until(testwait.Guard, func() bool {
+		select {
+		case <-exited:
+			gone = true
+			return true
+		default:
+		}
 		conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_, err = csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
 			cancel()
 			conn.Close()
-			if err == nil {
-				return endpoint, logs
-			}
 		}
-		select {
-		case <-exited:
-			t.Fatalf("mlfsd csi exited; logs:\n%s", logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mlfsd csi did not answer Probe: %v; logs:\n%s", err, logs)
-		}
-		time.Sleep(50 * time.Millisecond)
+		probeErr = err
+		return err == nil
+	}); err != nil {
+		t.Fatalf("mlfsd csi did not answer Probe: %v; logs:\n%s", probeErr, logs)
 	}
+	if gone {
+		t.Fatalf("mlfsd csi exited; logs:\n%s", logs)
+	}
+	return endpoint, logs
 }
 
 // csiMountsUnder lists the mountpoints under root.

@@ -81,7 +81,7 @@ Logs are JSON unless --log-format says otherwise.`,
 			return runDaemon(cmd.Context(), nodedaemon.Options{
 				Settings: a.settings, StateDir: stateDir, Socket: socket, MetricsListen: metricsListen,
 				Takeover: takeover, Protocol: protocol, NASRoots: policy, Version: version,
-				Log: a.log, Progress: a.stderr,
+				Log: a.log, Progress: a.stderr, ReadyFile: a.readyFile,
 			})
 		},
 	}
@@ -94,6 +94,7 @@ Logs are JSON unless --log-format says otherwise.`,
 	f.IntVar(&protocol, "handover-protocol", 0, "handover protocol to ask for with --takeover (0: this binary's)")
 	f.MarkHidden("handover-protocol")
 	addNASRootFlag(f, &nasRoots)
+	addReadyFileFlag(f, a)
 	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
 	node.AddFlags(f, &a.settings, node.GroupS3)
 	return c
@@ -118,10 +119,10 @@ func runDaemon(ctx context.Context, o nodedaemon.Options) error {
 }
 
 // serveMetrics serves n's /metrics and /healthz on addr (mlfsd mount and
-// run; the daemon serves its own).
-func serveMetrics(a *app, n *node.Node, addr string) (*http.Server, error) {
-	s, _, err := nodedaemon.ServeMetrics(n, addr, a.log)
-	return s, err
+// run; the daemon serves its own), returning the server and the address
+// it listens on (the port the kernel picked for port 0).
+func serveMetrics(a *app, n *node.Node, addr string) (*http.Server, string, error) {
+	return nodedaemon.ServeMetrics(n, addr, a.log)
 }
 
 // daemonCredentials are the credentials a client sends with its mount

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
 )
@@ -33,6 +33,18 @@ type nodeDaemon struct {
 	stderr   *syncBuffer
 	done     chan error
 	stateDir string
+	ready    string // its --ready-file
+}
+
+// waitReady waits until d says it serves (its ready file) and takes the
+// metrics address from it.
+func (d *nodeDaemon) waitReady(t testing.TB) {
+	t.Helper()
+	info := waitReady(t, d.ready, d.done, d.stderr)
+	if info.Socket != d.socket || info.Metrics == "" {
+		t.Fatalf("ready file %+v: want socket %s and a metrics address", info, d.socket)
+	}
+	d.metrics = info.Metrics
 }
 
 // startNodeDaemon starts `mlfsd daemon` with its state, socket and cache in
@@ -47,6 +59,7 @@ func startNodeDaemon(t testing.TB, dir string, extra ...string) *nodeDaemon {
 		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--metrics-listen", "127.0.0.1:0",
 		"--nas-root", testNASRoot(t)}, extra...)
 	d.cmd = mlfsdCmd(t, args...)
+	d.ready = withReadyFile(t, d.cmd)
 	ossEnv(d.cmd)
 	d.cmd.Stderr = d.stderr
 	if err := d.cmd.Start(); err != nil {
@@ -58,24 +71,8 @@ func startNodeDaemon(t testing.TB, dir string, extra ...string) *nodeDaemon {
 		<-d.done
 		detachUnder(t, filepath.Dir(dir))
 	})
-	addrRe := regexp.MustCompile(`"msg":"metrics serving","addr":"([^"]+)"`)
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if m := addrRe.FindStringSubmatch(d.stderr.String()); m != nil {
-			d.metrics = m[1]
-		}
-		if strings.Contains(d.stderr.String(), `"msg":"daemon ready"`) && d.metrics != "" {
-			return d
-		}
-		select {
-		case err := <-d.done:
-			d.done <- err
-			t.Fatalf("mlfsd daemon exited (%v) before it was ready; stderr:\n%s", err, d.stderr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mlfsd daemon not ready; stderr:\n%s", d.stderr)
-		}
-	}
+	d.waitReady(t)
+	return d
 }
 
 // testNASRoot is the --nas-root a test's daemon or plugin gets: the
@@ -453,11 +450,7 @@ func TestDaemonHealsAfterSIGKILL(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); srv.Stats()["fault.503"] == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the upload was never tried")
-		}
-	}
+	testwait.Eventually(t, func() bool { return srv.Stats()["fault.503"] > 0 }, "the upload to be tried")
 	d.cmd.Process.Kill()
 	<-d.done
 	d.done <- nil
@@ -491,16 +484,7 @@ func TestDaemonHealsAfterSIGKILL(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(in, "in.txt")); err != nil || string(got) != "input" {
 		t.Errorf("input after restart: %q, %v", got, err)
 	}
-	var got []byte
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		var err error
-		if got, err = os.ReadFile(filepath.Join(root, "bkt", "out", "ckpt.bin")); err == nil && bytes.Equal(got, ckpt) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pending checkpoint was not uploaded after the restart (%d bytes); stderr:\n%s", len(got), d2.stderr)
-		}
-	}
+	waitObject(t, filepath.Join(root, "bkt", "out", "ckpt.bin"), ckpt, d2) // the pending checkpoint, uploaded after the restart
 	if got, err := os.ReadFile(filepath.Join(out, "ckpt.bin")); err != nil || !bytes.Equal(got, ckpt) {
 		t.Errorf("checkpoint through the restored output mount: %d bytes, %v", len(got), err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mlfsd/mlfsd/backends/hdfs/hdfsemu"
+	"github.com/mlfsd/mlfsd/internal/ready"
 )
 
 func newEmulateHDFSCmd(a *app) *cobra.Command {
@@ -69,6 +70,9 @@ that permission checks see is the principal's first component.`,
 				}
 				opt.Kerberos = k
 			}
+			if err := ready.Check(a.readyFile); err != nil {
+				return err
+			}
 			opt.Log = a.log
 			srv, err := hdfsemu.New(opt)
 			if err != nil {
@@ -83,6 +87,9 @@ that permission checks see is the principal's first component.`,
 				"drop_rate", opt.Faults.DropRate, "rpc_error_rate", opt.Faults.RPCErrorRate, "rpc_drop_rate", opt.Faults.RPCDropRate, "seed", opt.Faults.Seed,
 				"kerberos_principal", principal)
 			fmt.Fprintf(a.stdout, "hdfs://%s/\n", srv.Addr())
+			if err := ready.Write(a.readyFile, ready.Info{Addr: srv.Addr(), DataNodeAddr: srv.DataNodeAddr()}); err != nil {
+				return err
+			}
 			<-ctx.Done()
 			srv.Close()
 			a.log.Info("HDFS emulator stopped")
@@ -106,5 +113,6 @@ that permission checks see is the principal's first component.`,
 	f.Float64Var(&opt.Faults.RPCErrorRate, "rpc-error-rate", 0, "probability (0..1) that a NameNode call fails with RetriableException")
 	f.Float64Var(&opt.Faults.RPCDropRate, "rpc-drop-rate", 0, "probability (0..1) that the NameNode closes the connection instead of answering a call")
 	f.Int64Var(&opt.Faults.Seed, "seed", 1, "seed of the fault generator (0 = time-based)")
+	addReadyFileFlag(f, a)
 	return c
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/rand"
 	"fmt"
 	"os"
@@ -14,20 +12,18 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/fs/fstest"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // startHDFSEmulator runs `mlfsd emulate hdfs` in a subprocess and returns
-// the NameNode URI it prints ("hdfs://127.0.0.1:PORT/").
+// the NameNode URI ("hdfs://127.0.0.1:PORT/") from its ready file.
 func startHDFSEmulator(t *testing.T, root string, extra ...string) string {
 	t.Helper()
 	args := append([]string{"emulate", "hdfs", "--root", root, "--listen", "127.0.0.1:0"}, extra...)
 	cmd := mlfsdCmd(t, args...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	readyFile := withReadyFile(t, cmd)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -38,33 +34,18 @@ func startHDFSEmulator(t *testing.T, root string, extra ...string) string {
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Errorf("mlfsd emulate hdfs exited with %v after SIGTERM; stderr:\n%s", err, &stderr)
+				t.Errorf("mlfsd emulate hdfs exited with %v after SIGTERM; stderr:\n%s", err, stderr)
 			}
-		case <-time.After(2 * time.Minute):
+		case <-time.After(testwait.Guard):
 			cmd.Process.Kill()
 			t.Errorf("mlfsd emulate hdfs did not exit after SIGTERM")
 		}
 	})
-	line := make(chan string, 1)
-	go func() {
-		s := bufio.NewScanner(out)
-		if s.Scan() {
-			line <- s.Text()
-		}
-		close(line)
-		for s.Scan() {
-		}
-	}()
-	select {
-	case u, ok := <-line:
-		if !ok || !strings.HasPrefix(u, "hdfs://127.0.0.1:") {
-			t.Fatalf("emulator printed %q; stderr:\n%s", u, &stderr)
-		}
-		return u
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("emulator printed no URI; stderr:\n%s", &stderr)
+	info := waitReady(t, readyFile, done, stderr)
+	if !strings.HasPrefix(info.Addr, "127.0.0.1:") || info.DataNodeAddr == "" {
+		t.Fatalf("emulator's ready file: %+v; want its NameNode and DataNode addresses", info)
 	}
-	return ""
+	return "hdfs://" + info.Addr + "/"
 }
 
 func writeRandom(t *testing.T, path string, n int) {

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/internal/ready"
 )
 
 func newEmulateOSSCmd(a *app) *cobra.Command {
@@ -110,10 +111,16 @@ to --ca-cert-out for SSL_CERT_FILE.`,
 			if err != nil {
 				return err
 			}
+			if err := ready.Check(a.readyFile); err != nil {
+				return err
+			}
 			l, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("emulate oss: %w", err)
 			}
+			// The listeners are bound: a client connecting from here on
+			// waits in their backlogs until Serve accepts.
+			r := ready.Info{Addr: l.Addr().String()}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if mdListen != "" {
@@ -149,10 +156,14 @@ to --ca-cert-out for SSL_CERT_FILE.`,
 						a.log.Error("OSS emulator metadata", "err", err)
 					}
 				}()
+				r.MetadataAddr = ml.Addr().String()
 				a.log.Info("OSS emulator metadata serving", "addr", ml.Addr().String(), "role", mopt.RoleName, "require_token", mdToken)
 			}
 			a.log.Info("OSS emulator serving", "addr", l.Addr().String(), "endpoint", "http://"+l.Addr().String(), "sts_duration", srvSTSDuration(stsDuration),
 				"root", srv.Root(), "access_key_id", keyIDShown(opt), "anonymous", anonymous, "ttfb", ttfb, "conn_bandwidth", opt.ConnBandwidth, "error_rate", rate, "error_kinds", kinds, "seed", seed)
+			if err := ready.Write(a.readyFile, r); err != nil {
+				return err
+			}
 			if err := srv.Serve(ctx, l); err != nil {
 				return fmt.Errorf("emulate oss: %w", err)
 			}
@@ -180,6 +191,7 @@ to --ca-cert-out for SSL_CERT_FILE.`,
 	f.BoolVar(&mdToken, "metadata-require-token", false, "refuse metadata reads without a session token (ECS hardened mode, IMDSv2 only)")
 	f.StringVar(&ctTokenFile, "container-auth-token-file", "", "file holding the Authorization token container credentials demand")
 	f.StringVar(&caOut, "ca-cert-out", "", "write the emulator's TLS authority certificate (PEM) here")
+	addReadyFileFlag(f, a)
 	return c
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,7 +40,7 @@ func startSignedOSS(t *testing.T, root string, opt ossemu.Options) (*ossemu.Serv
 	return srv, endpoint
 }
 
-// TestEmulateOSSCommand: `mlfsd emulate oss` logs its address, serves the
+// TestEmulateOSSCommand: `mlfsd emulate oss` says where it serves, serves the
 // directory (stats endpoint included), takes the injection flags, refuses
 // bad ones clearly, and exits 0 on SIGINT.
 func TestEmulateOSSCommand(t *testing.T) {
@@ -53,30 +51,19 @@ func TestEmulateOSSCommand(t *testing.T) {
 	cmd := mlfsdCmd(t, "emulate", "oss", "--root", root, "--listen", "127.0.0.1:0",
 		"--ttfb", "20ms", "--conn-bandwidth", "100MB/s", "--error-rate", "0", "--error-kinds", "500,reset", "--seed", "3")
 	ossEnv(cmd) // the emulator's key pair
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	readyFile := withReadyFile(t, cmd)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	sc := bufio.NewScanner(stderr)
-	addrRe := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
-	var addr string
-	var logs strings.Builder
-	for sc.Scan() {
-		logs.WriteString(sc.Text() + "\n")
-		if m := addrRe.FindStringSubmatch(sc.Text()); m != nil {
-			addr = m[1]
-			break
-		}
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	addr := waitReady(t, readyFile, waitErr, stderr).Addr
+	if !strings.Contains(stderr.String(), addr) {
+		t.Errorf("the address served, %s, is not in the log:\n%s", addr, stderr)
 	}
-	if addr == "" {
-		t.Fatalf("no listen address logged:\n%s", logs.String())
-	}
-	rest := make(chan string, 1)
-	go func() { b, _ := io.ReadAll(stderr); rest <- string(b) }()
 
 	// Unsigned: refused as by a private bucket.
 	resp, err := http.Get("http://" + addr + "/bkt/d/f.txt")
@@ -109,14 +96,15 @@ func TestEmulateOSSCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st map[string]int64
-	json.NewDecoder(resp.Body).Decode(&st)
+	err = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("%s: %v", ossemu.StatsPath, err)
+	}
 	if st["GetObject"] != 1 {
 		t.Errorf("stats %v, want one GetObject", st)
 	}
 	cmd.Process.Signal(syscall.SIGINT)
-	waitErr := make(chan error, 1)
-	go func() { waitErr <- cmd.Wait() }()
 	select {
 	case err := <-waitErr:
 		if err != nil {
@@ -125,7 +113,7 @@ func TestEmulateOSSCommand(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("emulator did not stop on SIGINT")
 	}
-	if out := <-rest; !strings.Contains(out, "stopped") {
+	if out := stderr.String(); !strings.Contains(out, "stopped") {
 		t.Errorf("no clean stop logged:\n%s", out)
 	}
 

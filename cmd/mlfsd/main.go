@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	mfs "github.com/mlfsd/mlfsd/fs"
@@ -55,6 +56,15 @@ type app struct {
 	// settings are bound to the flags of the options table (node.Table);
 	// each subcommand adds only the groups it uses.
 	settings node.Settings
+	// readyFile is --ready-file of the serving subcommands (daemon,
+	// mount, emulate): where to say, once serving, what is served.
+	readyFile string
+}
+
+// addReadyFileFlag adds --ready-file to a subcommand that serves until
+// stopped.
+func addReadyFileFlag(f *pflag.FlagSet, a *app) {
+	f.StringVar(&a.readyFile, "ready-file", "", "once serving, write a JSON file here (atomically) naming the pid and the addresses served; wait for it instead of reading the log")
 }
 
 // exitError carries a specific exit status (for example the status of the

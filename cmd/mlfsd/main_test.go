@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mlfsd/mlfsd/internal/ready"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // TestMain lets the test binary act as mlfsd itself when MLFSD_TEST_MAIN is
@@ -93,13 +97,50 @@ func isMounted(t testing.TB, mnt string) bool {
 // waitMounted waits until mnt is mounted, failing the test after a while.
 func waitMounted(t *testing.T, mnt string, cmd *exec.Cmd, stderr fmt.Stringer) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !isMounted(t, mnt) {
-		if cmd.ProcessState != nil || time.Now().After(deadline) {
-			t.Fatalf("%s was not mounted; mlfsd stderr:\n%s", mnt, stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := testwait.Until(testwait.Guard, func() bool { return cmd.ProcessState != nil || isMounted(t, mnt) }); err != nil || !isMounted(t, mnt) {
+		t.Fatalf("%s was not mounted; mlfsd stderr:\n%s", mnt, stderr)
 	}
+}
+
+// withReadyFile adds --ready-file to cmd, a serving mlfsd subcommand not
+// started yet, and returns the file's path (in a fresh temp dir).
+func withReadyFile(t testing.TB, cmd *exec.Cmd) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ready.json")
+	cmd.Args = append(cmd.Args, "--ready-file", path)
+	return path
+}
+
+// waitReady waits until the mlfsd that writes the ready file at path says
+// it serves, and returns what it wrote. done delivers the process's exit
+// (cmd.Wait's error): an exit first fails the test with out (its stderr),
+// and the exit is put back for the test's later look.
+func waitReady(t testing.TB, path string, done chan error, out fmt.Stringer) ready.Info {
+	t.Helper()
+	var info ready.Info
+	var exit error
+	exited := false
+	err := testwait.Until(testwait.Guard, func() bool {
+		var err error
+		if info, err = ready.Read(path); err == nil {
+			return true
+		}
+		select {
+		case exit = <-done:
+			exited = true
+			return true
+		default:
+			return false
+		}
+	})
+	if exited {
+		done <- exit
+		t.Fatalf("mlfsd exited (%v) before it was ready; stderr:\n%s", exit, out)
+	}
+	if err != nil {
+		t.Fatalf("mlfsd not ready after %v; stderr:\n%s", testwait.Guard, out)
+	}
+	return info
 }
 
 // syncBuffer is a bytes.Buffer safe to read while a process writes to it.
@@ -126,18 +167,20 @@ type daemon struct {
 	mnt    string
 	stderr *syncBuffer
 	done   chan error
+	ready  ready.Info // what its ready file says
 
 	stopped bool  // stop was called (test goroutine only)
 	exitErr error // what stop returned
 }
 
 // startDaemon starts cmd, an mlfsd mount whose mountpoint is mnt, and waits
-// until mnt is mounted. When the test ends the process is killed and the
-// mount detached, whatever happened.
+// until it says it serves mnt (its --ready-file). When the test ends the
+// process is killed and the mount detached, whatever happened.
 func startDaemon(t *testing.T, cmd *exec.Cmd, mnt string) *daemon {
 	t.Helper()
 	d := &daemon{cmd: cmd, mnt: mnt, stderr: &syncBuffer{}, done: make(chan error, 1)}
 	cmd.Stderr = d.stderr
+	readyFile := withReadyFile(t, cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -148,17 +191,9 @@ func startDaemon(t *testing.T, cmd *exec.Cmd, mnt string) *daemon {
 			syscall.Unmount(mnt, syscall.MNT_DETACH)
 		}
 	})
-	deadline := time.Now().Add(2 * time.Minute)
-	for !isMounted(t, mnt) {
-		select {
-		case err := <-d.done:
-			t.Fatalf("mlfsd mount exited (%v) before mounting; stderr:\n%s", err, d.stderr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s was not mounted; stderr:\n%s", mnt, d.stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
+	d.ready = waitReady(t, readyFile, d.done, d.stderr)
+	if !isMounted(t, mnt) {
+		t.Fatalf("mlfsd mount said it serves %s, which is not mounted; stderr:\n%s", d.ready.Mountpoint, d.stderr)
 	}
 	return d
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/mlfsd/mlfsd/internal/ready"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
 )
@@ -37,6 +39,9 @@ again; a stale mount of another filesystem is refused.`,
 			if socket != "" {
 				return mountThroughDaemon(cmd, a, socket, node.MountRequest{URI: args[0], Target: args[1], ReadOnly: readOnly}, debug)
 			}
+			if err := ready.Check(a.readyFile); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			n, err := node.New(ctx, node.Options{Settings: a.settings, Version: version, CacheFallback: true, Log: a.log, Progress: a.stderr, FUSEDebug: debug})
@@ -46,9 +51,10 @@ again; a stale mount of another filesystem is refused.`,
 			// The node's Close only has mounts left to undo on an error
 			// path; the normal end is the unmount below.
 			defer n.Close(context.Background())
+			var metricsAddr string
 			if metricsListen != "" {
-				ms, err := serveMetrics(a, n, metricsListen)
-				if err != nil {
+				var ms *http.Server
+				if ms, metricsAddr, err = serveMetrics(a, n, metricsListen); err != nil {
 					return err
 				}
 				defer ms.Close()
@@ -57,12 +63,16 @@ again; a stale mount of another filesystem is refused.`,
 			if err != nil {
 				return err
 			}
+			if err := ready.Write(a.readyFile, ready.Info{Mountpoint: info.Target, Metrics: metricsAddr}); err != nil {
+				return err // n.Close unmounts
+			}
 			return serveUntilDone(ctx, a, n, info.Target)
 		},
 	}
 	c.Flags().BoolVar(&readOnly, "read-only", false, "mount an input channel (read-only, cached)")
 	c.Flags().BoolVar(&debug, "fuse-debug", false, "log every FUSE request (very verbose)")
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9469")
+	addReadyFileFlag(c.Flags(), a)
 	c.Flags().StringVar(&socket, "daemon", "", "ask the mlfsd daemon on this API socket to mount (returns once mounted); mount-scope flags given here apply to this mount")
 	node.AddFlags(c.Flags(), &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
 	return c
@@ -72,8 +82,8 @@ again; a stale mount of another filesystem is refused.`,
 // mount-scope flags given on the command line and the credentials of this
 // process's environment (sent in the request body only).
 func mountThroughDaemon(cmd *cobra.Command, a *app, socket string, req node.MountRequest, debug bool) error {
-	if debug || cmd.Flags().Changed("metrics-listen") {
-		return errors.New("--fuse-debug and --metrics-listen are the daemon's: they cannot be asked for with --daemon")
+	if debug || cmd.Flags().Changed("metrics-listen") || cmd.Flags().Changed("ready-file") {
+		return errors.New("--fuse-debug, --metrics-listen and --ready-file are the daemon's: they cannot be asked for with --daemon (which returns once mounted)")
 	}
 	opts, err := node.MountFlags(cmd.Flags())
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 func startOutputMount(t *testing.T, back, staging string, extra ...string) *daemon {
@@ -85,20 +86,17 @@ func ossStore(t *testing.T) store {
 	t.Setenv("OSS_SESSION_TOKEN", "")
 	t.Setenv("OSS_ENDPOINT", "")
 	emu := mlfsdCmd(t, "emulate", "oss", "--root", root, "--listen", addr)
+	emuReady := withReadyFile(t, emu)
 	emuErr := &syncBuffer{}
 	emu.Stderr = emuErr
 	if err := emu.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { emu.Process.Kill(); emu.Wait() })
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("OSS emulator did not start; stderr:\n%s", emuErr)
-		}
+	emuDone := make(chan error, 1)
+	go func() { emuDone <- emu.Wait() }()
+	t.Cleanup(func() { emu.Process.Kill(); <-emuDone })
+	if got := waitReady(t, emuReady, emuDone, emuErr).Addr; got != addr {
+		t.Fatalf("emulator serves %s, want %s", got, addr)
 	}
 	u, _ := backends.ParseURI("oss://bkt/out/")
 	b, err := oss.New(context.Background(), u, oss.Options{Endpoint: "http://" + addr}, nil)
@@ -165,7 +163,7 @@ func survivesSIGKILL(t *testing.T, back store) {
 					watchErr.Store(fmt.Sprintf("%s visible with %d of %d bytes", name, size, len(data)))
 				}
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the watcher's pace: it looks, it does not wait for anything
 		}
 	}()
 
@@ -183,7 +181,16 @@ func survivesSIGKILL(t *testing.T, back store) {
 	}
 	half.Write(randData(7, 2<<20))
 
-	time.Sleep(500 * time.Millisecond)
+	// Killed mid-upload: once the first closed file has landed (the rest
+	// queue behind the bandwidth limit).
+	testwait.Eventually(t, func() bool {
+		for name := range want {
+			if _, ok := back.size(name); ok {
+				return true
+			}
+		}
+		return false
+	}, "a first closed file to land in the backend")
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.done
 	half.Close()

@@ -5,11 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/mlfsd/mlfsd/fs/fstest"
 )
@@ -60,6 +58,11 @@ func TestMountRefusesBadInput(t *testing.T) {
 		{[]string{"mount", "--read-only", "gs://bucket/x/", t.TempDir()}, "unknown scheme"},
 		{[]string{"mount", "--read-only", "nas://" + src + "/nope/", t.TempDir()}, "does not exist"},
 		{[]string{"mount", "--read-only", "nas://" + src + "/"}, "accepts 2 arg"},
+		// Nobody would ever find a ready file nobody can write: refused up front.
+		{[]string{"mount", "--read-only", "--ready-file", filepath.Join(src, "missing", "ready.json"), "nas://" + src + "/", t.TempDir()}, "--ready-file"},
+		{[]string{"mount", "--read-only", "--daemon", filepath.Join(src, "api.sock"), "--ready-file", filepath.Join(src, "ready.json"), "nas://" + src + "/", t.TempDir()}, "--ready-file"},
+		{[]string{"daemon", "--state-dir", t.TempDir(), "--socket", filepath.Join(t.TempDir(), "api.sock"), "--ready-file", filepath.Join(src, "missing", "ready.json")}, "--ready-file"},
+		{[]string{"emulate", "oss", "--root", src, "--listen", "127.0.0.1:0", "--ready-file", filepath.Join(src, "missing", "ready.json")}, "--ready-file"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runMlfsd(t, c.args...)
@@ -86,12 +89,8 @@ func TestMountRecoversStaleMlfsdMount(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "f"), []byte("first"), 0o644)
 	mnt := t.TempDir()
 	d := startDaemon(t, mlfsdCmd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "nas://"+src+"/", mnt), mnt)
-	// Kill only once mounting is complete (see TestRunStaleMount).
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(d.stderr.String(), "msg=mounted"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("mlfsd mount did not log its mount; stderr:\n%s", d.stderr)
-		}
-	}
+	// Killed once mounting is complete (startDaemon waited for its ready
+	// file; see TestRunStaleMount).
 	d.cmd.Process.Kill()
 	<-d.done
 	var sfs syscall.Statfs_t
@@ -100,11 +99,6 @@ func TestMountRecoversStaleMlfsdMount(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(src, "g"), []byte("second"), 0o644)
 	d2 := startDaemon(t, mlfsdCmd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "nas://"+src+"/", mnt), mnt)
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(d2.stderr.String(), "msg=mounted"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("mlfsd mount did not recover the stale mount; stderr:\n%s", d2.stderr)
-		}
-	}
 	if !strings.Contains(d2.stderr.String(), "stale mlfsd mount") {
 		t.Errorf("no note of the recovered stale mount in stderr:\n%s", d2.stderr)
 	}
@@ -124,15 +118,9 @@ func TestMountServesMetrics(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "f.bin"), data, 0o644)
 	mnt := t.TempDir()
 	d := startDaemon(t, mlfsdCmd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "--metrics-listen", "127.0.0.1:0", "nas://"+src+"/", mnt), mnt)
-	addrRe := regexp.MustCompile(`msg="metrics serving" addr=(\S+)`)
-	var addr string
-	for deadline := time.Now().Add(20 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
-		if m := addrRe.FindStringSubmatch(d.stderr.String()); m != nil {
-			addr = m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no metrics address logged; stderr:\n%s", d.stderr)
-		}
+	addr := d.ready.Metrics
+	if !strings.HasPrefix(addr, "127.0.0.1:") || strings.HasSuffix(addr, ":0") {
+		t.Fatalf("ready file's metrics address %q, want the port picked for 127.0.0.1:0", addr)
 	}
 	if got, err := os.ReadFile(filepath.Join(mnt, "f.bin")); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read: %d bytes, %v", len(got), err)

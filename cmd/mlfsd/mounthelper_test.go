@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/mlfsd/mlfsd/internal/testwait"
 	"github.com/mlfsd/mlfsd/mounthelper"
 )
 
@@ -103,14 +104,7 @@ func alive(pid int) bool {
 // child), failing the test after a generous deadline.
 func waitExit(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if !alive(pid) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still running", pid)
-		}
-	}
+	testwait.Eventually(t, func() bool { return !alive(pid) }, "process %d to exit", pid)
 }
 
 func randomData(t *testing.T, n int) []byte {

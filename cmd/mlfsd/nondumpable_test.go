@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,7 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // TestJobOfSameUserCannotReadEnviron: mlfsd is not dumpable, so a process
@@ -36,7 +38,8 @@ func TestJobOfSameUserCannotReadEnviron(t *testing.T) {
 	nobody := &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	const secret = "OSS_ACCESS_KEY_SECRET=do-not-read-me"
 
-	start := func(stderr *syncBuffer, name string, args ...string) *exec.Cmd {
+	// start runs name as uid 65534; the channel gets its exit.
+	start := func(stderr *syncBuffer, name string, args ...string) (*exec.Cmd, chan error) {
 		cmd := exec.Command(name, args...)
 		cmd.Dir = "/"
 		cmd.Env = []string{"MLFSD_TEST_MAIN=1", "OSS_ACCESS_KEY_ID=nondumpable-test", secret, "PATH=/usr/bin:/bin"}
@@ -45,8 +48,10 @@ func TestJobOfSameUserCannotReadEnviron(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		return cmd
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() { cmd.Process.Kill(); <-done })
+		return cmd, done
 	}
 	readEnviron := func(pid int) (string, error) {
 		cmd := exec.Command("cat", "/proc/"+strconv.Itoa(pid)+"/environ")
@@ -56,7 +61,7 @@ func TestJobOfSameUserCannotReadEnviron(t *testing.T) {
 	}
 
 	// An ordinary process of uid 65534: its environ is readable.
-	plain := start(&syncBuffer{}, "sleep", "600")
+	plain, _ := start(&syncBuffer{}, "sleep", "600")
 	waitEnviron(t, plain.Process.Pid)
 	if out, err := readEnviron(plain.Process.Pid); err != nil || !strings.Contains(out, secret) {
 		t.Fatalf("control: reading a plain process's environ as its own user: %q, %v", out, err)
@@ -71,15 +76,17 @@ func TestJobOfSameUserCannotReadEnviron(t *testing.T) {
 	if err := os.Chown(root, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
-	daemon := start(&stderr, bin, "emulate", "oss", "--root", root, "--listen", "127.0.0.1:0")
-	deadline := time.Now().Add(2 * time.Minute)
-	for !strings.Contains(stderr.String(), "OSS emulator serving") {
-		if time.Now().After(deadline) || strings.Contains(stderr.String(), "mlfsd:") {
-			t.Fatalf("mlfsd emulate oss did not start; stderr:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	readyDir := filepath.Join(dir, "ready")
+	if err := os.Mkdir(readyDir, 0o755); err != nil {
+		t.Fatal(err)
 	}
+	if err := os.Chown(readyDir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	readyFile := filepath.Join(readyDir, "ready.json")
+	var stderr syncBuffer
+	daemon, done := start(&stderr, bin, "emulate", "oss", "--root", root, "--listen", "127.0.0.1:0", "--ready-file", readyFile)
+	waitReady(t, readyFile, done, &stderr)
 	// Serving, so well past the prctl that comes first thing.
 	out, err := readEnviron(daemon.Process.Pid)
 	if err == nil || strings.Contains(out, secret) {
@@ -93,17 +100,13 @@ func TestJobOfSameUserCannotReadEnviron(t *testing.T) {
 // longer the parent's copy being replaced).
 func waitEnviron(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	testwait.EventuallyNoError(t, func() error {
 		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-		if err == nil && strings.Contains(string(data), "do-not-read-me") {
-			return
+		if err == nil && !strings.Contains(string(data), "do-not-read-me") {
+			err = errors.New("not exec'd yet")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d: environ never showed: %v", pid, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err
+	}, "process %d: its environ", pid)
 }
 
 func copyFile(t *testing.T, from, to string, mode os.FileMode) {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/s3"
@@ -34,20 +33,17 @@ func s3OutputStore(t *testing.T) store {
 		t.Setenv(k, "")
 	}
 	emu := mlfsdCmd(t, "emulate", "oss", "--root", root, "--listen", addr)
+	emuReady := withReadyFile(t, emu)
 	emuErr := &syncBuffer{}
 	emu.Stderr = emuErr
 	if err := emu.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { emu.Process.Kill(); emu.Wait() })
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("emulator did not start; stderr:\n%s", emuErr)
-		}
+	emuDone := make(chan error, 1)
+	go func() { emuDone <- emu.Wait() }()
+	t.Cleanup(func() { emu.Process.Kill(); <-emuDone })
+	if got := waitReady(t, emuReady, emuDone, emuErr).Addr; got != addr {
+		t.Fatalf("emulator serves %s, want %s", got, addr)
 	}
 	uri := "s3://bkt/out/?endpoint=http://" + addr
 	u, _ := backends.ParseURI(uri)

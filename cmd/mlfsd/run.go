@@ -95,7 +95,7 @@ passed on to the command.`,
 				}()
 				mounter = n.JobMounter(jobOpts, node.Credentials{})
 				if metricsListen != "" {
-					ms, err := serveMetrics(a, n, metricsListen)
+					ms, _, err := serveMetrics(a, n, metricsListen)
 					if err != nil {
 						return err
 					}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // mountsUnder lists the mounts at or below dir.
@@ -254,15 +255,10 @@ output_path: nas://%s/
 		t.Fatal(err)
 	}
 	ready := filepath.Join(root, "output", "logs", "ready")
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("the command never started; stderr:\n%s", &stderr)
-		}
+	if err := testwait.Until(testwait.Guard, func() bool { _, err := os.Stat(ready); return err == nil }); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("the command never started; stderr:\n%s", &stderr)
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
@@ -408,7 +404,9 @@ func TestRunOnTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := writeSpec(t, "name: tty\n")
-	job := `read line; echo "got $line"; trap 'echo INT; exit 7' INT; while :; do sleep 0.05; done`
+	// The job says it waits for input once its trap is set (the quotes
+	// keep the word out of the command line, which the terminal may show).
+	job := `trap 'echo INT; exit 7' INT; echo "job-""waiting"; read line; echo "got $line"; while :; do sleep 0.05; done`
 	inner := fmt.Sprintf("%s run --staging-dir %s --cache-dir %s --spec %s --root %s -- %s",
 		exe, filepath.Join(t.TempDir(), "staging"), t.TempDir(), spec, filepath.Join(t.TempDir(), "ml"), shellQuoteTest(job))
 	cmd := exec.Command("script", "-qec", inner, "/dev/null")
@@ -425,15 +423,15 @@ func TestRunOnTerminal(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	waitFor := func(s string) {
-		for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(out.String(), s); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				cmd.Process.Kill()
-				t.Fatalf("no %q in the terminal:\n%s", s, out.String())
-			}
+		if err := testwait.Until(testwait.Guard, func() bool { return strings.Contains(out.String(), s) }); err != nil {
+			cmd.Process.Kill()
+			t.Fatalf("no %q in the terminal:\n%s", s, out.String())
 		}
 	}
-	time.Sleep(500 * time.Millisecond)
-	stdin.Write([]byte("hello\n"))
+	waitFor("job-waiting")
+	if _, err := stdin.Write([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
 	waitFor("got hello")
 	stdin.Write([]byte{3}) // Ctrl-C
 	select {
@@ -479,22 +477,19 @@ func TestRunStaleMount(t *testing.T) {
 	mnt := filepath.Join(root, "input", "data", "d")
 	os.MkdirAll(mnt, 0o755)
 	cmd := mlfsdCmd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "nas://"+data+"/", mnt)
+	readyFile := withReadyFile(t, cmd)
 	var stderr lockedBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Kill only once mounting is complete: go-fuse opens a file on the new
-	// mount while mounting, and a daemon killed then waits for itself forever.
-	for deadline := time.Now().Add(2 * time.Minute); !strings.Contains(stderr.String(), "msg=mounted"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatalf("mlfsd mount did not mount; stderr:\n%s", stderr.String())
-		}
-	}
-	cmd.Process.Kill() // SIGKILL: the mount stays, its daemon gone
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
+	// Kill only once mounting is complete (its ready file): go-fuse opens
+	// a file on the new mount while mounting, and a daemon killed then
+	// waits for itself forever.
+	waitReady(t, readyFile, waited, &stderr)
+	cmd.Process.Kill() // SIGKILL: the mount stays, its daemon gone
 	select {
 	case <-waited:
 	case <-time.After(2 * time.Minute):

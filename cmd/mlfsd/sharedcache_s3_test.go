@@ -18,6 +18,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 	"github.com/mlfsd/mlfsd/sharedcache"
 )
 
@@ -119,11 +120,9 @@ func TestSharedCacheOnS3(t *testing.T) {
 	if first < total {
 		t.Fatalf("node 1 read a %d-byte dataset cold; the source sent %d", total, first)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); metric(n1, sharedcache.MetricWriteBytes) < float64(total); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("node 1 wrote %v of %d bytes to the shared tier (dropped %v, errors %v)", metric(n1, sharedcache.MetricWriteBytes), total,
-				metric(n1, sharedcache.MetricDropped), metric(n1, sharedcache.MetricWriteErrors))
-		}
+	if err := testwait.Until(testwait.Guard, func() bool { return metric(n1, sharedcache.MetricWriteBytes) >= float64(total) }); err != nil {
+		t.Fatalf("node 1 wrote %v of %d bytes to the shared tier (dropped %v, errors %v)", metric(n1, sharedcache.MetricWriteBytes), total,
+			metric(n1, sharedcache.MetricDropped), metric(n1, sharedcache.MetricWriteErrors))
 	}
 	// The blocks are objects in the tier's bucket, under its prefix.
 	var objects int

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -10,12 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 	"github.com/mlfsd/mlfsd/sharedcache"
 )
 
@@ -32,29 +31,21 @@ func startSharedEmulator(t *testing.T, root string) *sharedEmulator {
 	t.Helper()
 	cmd := mlfsdCmd(t, "emulate", "oss", "--root", root, "--listen", "127.0.0.1:0")
 	ossEnv(cmd)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	readyFile := withReadyFile(t, cmd)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	e := &sharedEmulator{cmd: cmd, done: make(chan struct{})}
 	t.Cleanup(e.kill)
-	sc := bufio.NewScanner(stderr)
-	addrRe := regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
-	var logs strings.Builder
-	for sc.Scan() {
-		logs.WriteString(sc.Text() + "\n")
-		if m := addrRe.FindStringSubmatch(sc.Text()); m != nil {
-			e.addr = m[1]
-			break
-		}
-	}
-	if e.addr == "" {
-		t.Fatalf("emulate oss logged no address:\n%s", logs.String())
-	}
-	go func() { io.Copy(io.Discard, stderr); cmd.Wait(); close(e.done) }()
+	exited := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		exited <- err
+		close(e.done)
+	}()
+	e.addr = waitReady(t, readyFile, exited, stderr).Addr
 	return e
 }
 
@@ -148,11 +139,9 @@ func TestSharedCacheAcrossNodes(t *testing.T) {
 	if first < total {
 		t.Fatalf("node 1 read a %d-byte dataset cold; the source sent %d", total, first)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); metric(n1, sharedcache.MetricWriteBytes) < float64(total); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("node 1 wrote %v of %d bytes to the shared tier (dropped %v, errors %v)", metric(n1, sharedcache.MetricWriteBytes), total,
-				metric(n1, sharedcache.MetricDropped), metric(n1, sharedcache.MetricWriteErrors))
-		}
+	if err := testwait.Until(testwait.Guard, func() bool { return metric(n1, sharedcache.MetricWriteBytes) >= float64(total) }); err != nil {
+		t.Fatalf("node 1 wrote %v of %d bytes to the shared tier (dropped %v, errors %v)", metric(n1, sharedcache.MetricWriteBytes), total,
+			metric(n1, sharedcache.MetricDropped), metric(n1, sharedcache.MetricWriteErrors))
 	}
 
 	// Node 2: its own cache is empty; the tier has every block.

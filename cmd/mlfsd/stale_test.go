@@ -6,14 +6,17 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/mlfsd/mlfsd/internal/ready"
 )
 
 // serveForeignFUSE mounts an empty FUSE filesystem that is not mlfsd's
-// (type fuse.otherfs) at mnt and serves it until killed.
+// (type fuse.otherfs) at mnt and serves it until killed. Like mlfsd
+// mount, it says so in the file named by --ready-file among its arguments
+// (startDaemon adds one).
 func serveForeignFUSE(mnt string) int {
 	srv, err := gofs.Mount(mnt, &gofs.Inode{}, &gofs.Options{MountOptions: fuse.MountOptions{
 		Name: "otherfs", FsName: "otherfs", DirectMount: true}})
@@ -21,7 +24,14 @@ func serveForeignFUSE(mnt string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Fprintln(os.Stderr, "foreign fuse mounted")
+	for i, a := range os.Args[:len(os.Args)-1] {
+		if a == "--ready-file" {
+			if err := ready.Write(os.Args[i+1], ready.Info{Mountpoint: mnt}); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
+	}
 	srv.Wait()
 	return 0
 }
@@ -32,12 +42,7 @@ func TestMountRefusesStaleForeignMount(t *testing.T) {
 	mnt := t.TempDir()
 	cmd := mlfsdCmd(t)
 	cmd.Env = append(os.Environ(), "MLFSD_TEST_FOREIGN_FUSE="+mnt)
-	d := startDaemon(t, cmd, mnt)
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(d.stderr.String(), "foreign fuse mounted"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the foreign FUSE server did not mount; stderr:\n%s", d.stderr)
-		}
-	}
+	d := startDaemon(t, cmd, mnt) // the foreign server is mounted
 	d.cmd.Process.Kill()
 	<-d.done
 	var sfs syscall.Statfs_t

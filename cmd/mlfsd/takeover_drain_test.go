@@ -13,6 +13,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/internal/testwait"
+	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
 )
 
@@ -90,11 +92,7 @@ func writeDrainFiles(t *testing.T, dir string) map[string][]byte {
 // cut the drain, and returns the new daemon.
 func takeoverDuringDrain(t *testing.T, d *nodeDaemon, takeover func() *nodeDaemon) *nodeDaemon {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(d.stderr.String(), `"msg":"draining"`); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the unmount never started draining; daemon:\n%s", d.stderr)
-		}
-	}
+	waitDraining(t, d)
 	d2 := takeover()
 	if err := d.waitExit(t); err != nil {
 		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)
@@ -103,6 +101,25 @@ func takeoverDuringDrain(t *testing.T, d *nodeDaemon, takeover func() *nodeDaemo
 		t.Fatalf("the drain was not under way at the switch (the test lost its point); old daemon:\n%s", d.stderr)
 	}
 	return d2
+}
+
+// waitDraining waits until daemon d says (its API's status) that it
+// drains a mount.
+func waitDraining(t *testing.T, d *nodeDaemon) {
+	t.Helper()
+	c := api.NewClient(d.socket)
+	testwait.EventuallyNoError(t, func() error {
+		st, err := c.Status(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, s := range st {
+			if s.State == node.StateDraining {
+				return nil
+			}
+		}
+		return fmt.Errorf("no mount draining in %+v; daemon:\n%s", st, d.stderr)
+	}, "a mount of the daemon to drain")
 }
 
 // checkDrainedByNewDaemon checks, once an unmount across a takeover
@@ -185,11 +202,7 @@ command: sh -c 'for i in 0 1 2 3; do yes "line $i" | head -c 1048576 > "$PAI_OUT
 		run.Process.Kill()
 		<-ran
 	})
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(rerr.String(), "waiting until the output is durable"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the run never waited for its outputs; stderr:\n%s\ndaemon:\n%s", &rerr, d.stderr)
-		}
-	}
+	waitDraining(t, d) // the run waits until its output is durable
 	d2 := takeover()
 	if err := d.waitExit(t); err != nil {
 		t.Fatalf("old daemon after the takeover: %v; stderr:\n%s", err, d.stderr)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/fs/fstest"
 	"github.com/mlfsd/mlfsd/handover"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // forkNodeDaemon forks a process now that becomes `mlfsd daemon` (with
@@ -38,6 +38,7 @@ func forkNodeDaemon(t *testing.T, dir string, extra ...string) func() *nodeDaemo
 		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--metrics-listen", "127.0.0.1:0",
 		"--nas-root", testNASRoot(t)}, extra...)
 	m := mlfsdCmd(t, args...)
+	d.ready = withReadyFile(t, m)
 	d.cmd = exec.Command("/bin/sh", append([]string{"-c", `read go && exec "$0" "$@"`}, m.Args...)...)
 	d.cmd.Env = m.Env
 	ossEnv(d.cmd)
@@ -60,39 +61,21 @@ func forkNodeDaemon(t *testing.T, dir string, extra ...string) func() *nodeDaemo
 		if _, err := start.Write([]byte("go\n")); err != nil {
 			t.Fatal(err)
 		}
-		addrRe := regexp.MustCompile(`"msg":"metrics serving","addr":"([^"]+)"`)
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if m := addrRe.FindStringSubmatch(d.stderr.String()); m != nil {
-				d.metrics = m[1]
-			}
-			if strings.Contains(d.stderr.String(), `"msg":"daemon ready"`) && d.metrics != "" {
-				return d
-			}
-			select {
-			case err := <-d.done:
-				d.done <- err
-				t.Fatalf("mlfsd daemon exited (%v) before it was ready; stderr:\n%s", err, d.stderr)
-			default:
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("mlfsd daemon not ready; stderr:\n%s", d.stderr)
-			}
-		}
+		d.waitReady(t)
+		return d
 	}
 }
 
 // waitObject waits until the store holds want at path.
 func waitObject(t *testing.T, path string, want []byte, d *nodeDaemon) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	testwait.EventuallyNoError(t, func() error {
 		got, err := os.ReadFile(path)
-		if err == nil && bytes.Equal(got, want) {
-			return
+		if err == nil && !bytes.Equal(got, want) {
+			err = fmt.Errorf("%d bytes of %d", len(got), len(want))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never arrived whole in the store (%d bytes of %d, %v); daemon:\n%s", path, len(got), len(want), err, d.stderr)
-		}
-	}
+		return err
+	}, "%s to arrive whole in the store; daemon:\n%s", path, d.stderr)
 }
 
 // writeAt writes p at off through f.
@@ -543,14 +526,9 @@ func TestDaemonTakeoverFailureKeepsOutputs(t *testing.T) {
 		t.Logf("the new daemon with %s said:\n%s", c.name, errOut)
 		failures++
 		// The old daemon may learn of the failure after the new one exits.
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-			n := strings.Count(d.stderr.String(), "handover failed; this daemon goes on serving")
-			if n == failures {
-				break
-			}
-			if n > failures || time.Now().After(deadline) {
-				t.Fatalf("the old daemon said the handover failed %d times, want %d:\n%s", n, failures, d.stderr)
-			}
+		refusals := func() int { return strings.Count(d.stderr.String(), "handover failed; this daemon goes on serving") }
+		if err := testwait.Until(testwait.Guard, func() bool { return refusals() >= failures }); err != nil || refusals() != failures {
+			t.Fatalf("the old daemon said the handover failed %d times, want %d:\n%s", refusals(), failures, d.stderr)
 		}
 		select {
 		case err := <-d.done:

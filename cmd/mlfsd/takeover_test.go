@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 	"github.com/mlfsd/mlfsd/node"
 )
 
@@ -84,7 +85,8 @@ func passthroughBytes(t *testing.T, d *nodeDaemon) int64 {
 // a file the kernel still holds stays in cached mode.
 func openByPassthrough(t *testing.T, d *nodeDaemon, name string) *os.File {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+	var opened *os.File
+	testwait.Eventually(t, func() bool {
 		f, err := os.Open(name)
 		if err != nil {
 			t.Fatal(err)
@@ -100,13 +102,13 @@ func openByPassthrough(t *testing.T, d *nodeDaemon, name string) *os.File {
 			t.Fatal(err)
 		}
 		if passthroughBytes(t, d) > before {
-			return f
+			opened = f
+			return true
 		}
 		f.Close()
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never opened by passthrough; daemon:\n%s", name, d.stderr)
-		}
-	}
+		return false
+	}, "%s to be opened by passthrough; daemon:\n%s", name, d.stderr)
+	return opened
 }
 
 // TestDaemonTakeoverKeepsOpenFiles: a second `mlfsd daemon --takeover`

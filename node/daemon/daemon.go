@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/handover"
+	"github.com/mlfsd/mlfsd/internal/ready"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
 	"github.com/mlfsd/mlfsd/node/nasroots"
@@ -56,6 +57,10 @@ type Options struct {
 	Log *slog.Logger
 	// Progress receives progress lines of long steps (nil: none).
 	Progress io.Writer
+	// ReadyFile, when set, is written (atomically, see internal/ready)
+	// once the daemon serves its API: its pid, Socket and the metrics
+	// address. Its directory must exist.
+	ReadyFile string
 	// DrainContext, when set, gives the context of the drain at a stop:
 	// when it is done, the drain is cut short (what is not uploaded stays
 	// journaled). The command cancels it on a second signal. nil: the
@@ -70,7 +75,7 @@ func (o *Options) check() error {
 	case o.Socket == "":
 		return errors.New("daemon: an API socket path is required (--socket)")
 	}
-	return nil
+	return ready.Check(o.ReadyFile)
 }
 
 // Daemon is a started node daemon.
@@ -128,7 +133,7 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 		// systemd follows the new process from the moment the old one
 		// lets go (NotifyAccess=all in deploy/systemd).
 		mainPID := func() {
-			if err := sdNotify(fmt.Sprintf("MAINPID=%d", os.Getpid())); err != nil {
+			if err := ready.Notify(fmt.Sprintf("MAINPID=%d", os.Getpid())); err != nil {
 				log.Warn("sd_notify", "err", err)
 			}
 		}
@@ -184,7 +189,10 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 		go func() { d.served <- d.srv.Serve(l) }()
 	}
 	log.Info("daemon ready", "socket", o.Socket, "state_dir", o.StateDir, "cache_dir", o.Settings.Cache.Dir)
-	if err := sdNotify("READY=1"); err != nil {
+	if err := ready.Write(o.ReadyFile, ready.Info{Socket: o.Socket, Metrics: d.metricsAddr}); err != nil {
+		log.Error("ready file not written; serving anyway", "err", err)
+	}
+	if err := ready.Notify("READY=1"); err != nil {
 		log.Warn("sd_notify", "err", err)
 	}
 	return d, nil
@@ -228,7 +236,7 @@ func (d *Daemon) Wait() error {
 		log.Info("handed the mounts over to the new daemon; exiting")
 		return nil
 	}
-	_ = sdNotify("STOPPING=1")
+	_ = ready.Notify("STOPPING=1")
 	log.Info("stopping: draining outputs and unmounting")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	d.srv.Shutdown(sctx)
@@ -288,23 +296,4 @@ func ServeMetrics(n *node.Node, addr string, log *slog.Logger) (*http.Server, st
 	}()
 	log.Info("metrics serving", "addr", l.Addr().String())
 	return s, l.Addr().String(), nil
-}
-
-// sdNotify sends a state to systemd over $NOTIFY_SOCKET (the documented
-// sd_notify protocol: one datagram); without it, it does nothing.
-func sdNotify(state string) error {
-	path := os.Getenv("NOTIFY_SOCKET")
-	if path == "" {
-		return nil
-	}
-	if path[0] == '@' {
-		path = "\x00" + path[1:] // abstract namespace
-	}
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_, err = c.Write([]byte(state))
-	return err
 }

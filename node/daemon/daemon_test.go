@@ -13,10 +13,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/mlfsd/mlfsd/fs/mountinfo"
+	"github.com/mlfsd/mlfsd/internal/ready"
 	"github.com/mlfsd/mlfsd/internal/testwait"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
@@ -209,6 +211,31 @@ func TestDaemonServesAndDrainsOnStop(t *testing.T) {
 	}
 	if _, err := os.Stat(o.Socket); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the API socket is left after the stop: %v", err)
+	}
+}
+
+// TestReadyFile: a started daemon has written its ready file (its pid, API
+// socket and the metrics address the kernel picked); one whose ready file
+// could not be written is refused before it starts.
+func TestReadyFile(t *testing.T) {
+	h := newSpec(t)
+	o := h.options()
+	o.MetricsListen = "127.0.0.1:0"
+	o.ReadyFile = filepath.Join(t.TempDir(), "missing", "ready.json")
+	if d, err := Start(t.Context(), o); err == nil {
+		d.Wait()
+		t.Fatal("started with a ready file in a missing directory")
+	} else if !strings.Contains(err.Error(), "--ready-file") {
+		t.Errorf("refusal of the ready file does not name the flag: %v", err)
+	}
+	o.ReadyFile = filepath.Join(t.TempDir(), "ready.json")
+	d := start(t, o)
+	got, err := ready.Read(o.ReadyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (ready.Info{PID: os.Getpid(), Socket: o.Socket, Metrics: d.MetricsAddr()}); got != want {
+		t.Fatalf("ready file %+v, want %+v", got, want)
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/nas"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // Tier is what the suite needs of a tier: the read hook and a way to wait
@@ -48,11 +49,10 @@ type Harness struct {
 	// Store returns a fresh, empty store (a directory of a backend) that
 	// the tiers of one sub-test share; it registers its own clean-up.
 	Store func(t *testing.T) backends.Backend
-	// New opens one node's tier on store, with the given block size; it
-	// registers its own clean-up. Its deadline for a block read from the
-	// store must be short (the suite's slow store never answers), and
-	// with it its backoff after a failure.
-	New func(t *testing.T, store backends.Backend, blockSize int64) Tier
+	// New opens one node's tier on store as c says; it registers its own
+	// clean-up. Its backoff after a failure must be short (StoreComesBack
+	// waits for a tier to use its store again).
+	New func(t *testing.T, store backends.Backend, c Config) Tier
 	// Forge returns block object obj, as the store holds it, with its
 	// data replaced by change(data) and a header and checksum that match
 	// the new data: a well-formed block. withKey: its MAC is under the
@@ -61,9 +61,30 @@ type Harness struct {
 	Forge func(obj []byte, blockSize int64, withKey bool, change func(data []byte) []byte) []byte
 }
 
+// Config is one node's tier as a sub-test asks for it.
+type Config struct {
+	// BlockSize is the size of the tier's blocks.
+	BlockSize int64
+	// Timeout is the tier's deadline for one block read from the store.
+	Timeout time.Duration
+}
+
 // bs is the block size the suite runs with: small, so objects span many
 // blocks without costing much.
 const bs = 64 << 10
+
+// The two tiers a sub-test makes. healthy is a node whose store works:
+// its deadline is a hang guard, since on a busy machine a healthy store
+// can take seconds to answer, and a read past the deadline goes to the
+// source, which the sub-tests count (SecondNodeSkipsSource and the
+// corruption tests failed so under load); a read that fails puts the tier
+// in backoff, and the blocks it would have written are dropped. prompt is
+// a node whose store is made to fail or hang (the slow store never
+// answers): its deadline is short.
+var (
+	healthy = Config{BlockSize: bs, Timeout: time.Minute}
+	prompt  = Config{BlockSize: bs, Timeout: 300 * time.Millisecond}
+)
 
 // Run runs every test of the suite.
 func Run(t *testing.T, h Harness) {
@@ -251,7 +272,7 @@ func testRanges(t *testing.T, h Harness) {
 	src := newSource(t)
 	objs := objects(t, src)
 	store := h.Store(t)
-	tiers := []Tier{h.New(t, store, bs), h.New(t, store, bs)}
+	tiers := []Tier{h.New(t, store, healthy), h.New(t, store, healthy)}
 	for round, tier := range tiers { // cold, then through the blocks the first wrote
 		b := tier.Through(src)
 		for _, o := range objs {
@@ -282,13 +303,13 @@ func testSecondNode(t *testing.T, h Harness) {
 	src := newSource(t)
 	objs := objects(t, src)
 	store := h.Store(t)
-	first := h.New(t, store, bs)
+	first := h.New(t, store, healthy)
 	for _, o := range objs {
 		readAll(t, first.Through(src), o, 4)
 	}
 	flush(t, first)
 	before := src.read.Load()
-	second := h.New(t, store, bs)
+	second := h.New(t, store, healthy)
 	for _, o := range objs {
 		readAll(t, second.Through(src), o, 2) // other runs than the first node's
 	}
@@ -331,12 +352,12 @@ func testRefusedSource(t *testing.T, h Harness) {
 	src := newSource(t)
 	objs := objects(t, src)
 	store := h.Store(t)
-	first := h.New(t, store, bs)
+	first := h.New(t, store, healthy)
 	for _, o := range objs {
 		readAll(t, first.Through(src), o, 4)
 	}
 	flush(t, first)
-	second := h.New(t, store, bs)
+	second := h.New(t, store, healthy)
 	refused := &asClient{source: src, refused: true}
 	through := second.Through(refused)
 	for _, o := range objs {
@@ -369,7 +390,7 @@ func testNewVersion(t *testing.T, h Harness) {
 	store := h.Store(t)
 	old := object{data: randBytes(100, 3*bs+7)}
 	old.info = put(t, src, "v/obj", old.data)
-	first := h.New(t, store, bs)
+	first := h.New(t, store, healthy)
 	readAll(t, first.Through(src), old, 1)
 	flush(t, first)
 	// The same key, the same size, other bytes: a new version.
@@ -378,7 +399,7 @@ func testNewVersion(t *testing.T, h Harness) {
 	if nw.info.Version == old.info.Version {
 		t.Fatalf("source gave the rewritten object its old version %q", old.info.Version)
 	}
-	second := h.New(t, store, bs)
+	second := h.New(t, store, healthy)
 	readAll(t, second.Through(src), nw, 1)
 }
 
@@ -475,20 +496,20 @@ func testCorrupt(t *testing.T, h Harness, corrupt corruption) {
 	src := newSource(t)
 	objs := objects(t, src)
 	store := h.Store(t)
-	first := h.New(t, store, bs)
+	first := h.New(t, store, healthy)
 	for _, o := range objs {
 		readAll(t, first.Through(src), o, 1)
 	}
 	flush(t, first)
 	corrupt(t, store, storeObjects(t, store))
-	second := h.New(t, store, bs)
+	second := h.New(t, store, healthy)
 	for _, o := range objs {
 		readAll(t, second.Through(src), o, 1)
 	}
 	flush(t, second)
 	// The corrupt blocks were read from the source and written again.
 	before := src.read.Load()
-	third := h.New(t, store, bs)
+	third := h.New(t, store, healthy)
 	for _, o := range objs {
 		readAll(t, third.Through(src), o, 1)
 	}
@@ -503,10 +524,10 @@ func testFailing(t *testing.T, h Harness, fail func(backends.Backend) backends.B
 	src := newSource(t)
 	objs := objects(t, src)
 	store := h.Store(t)
-	warm := h.New(t, store, bs) // blocks in the store, so the failing one is asked for them
+	warm := h.New(t, store, healthy) // blocks in the store, so the failing one is asked for them
 	readAll(t, warm.Through(src), objs[len(objs)-1], 2)
 	flush(t, warm)
-	tier := h.New(t, fail(store), bs)
+	tier := h.New(t, fail(store), prompt)
 	for _, o := range objs {
 		readAll(t, tier.Through(src), o, 2)
 	}
@@ -516,13 +537,13 @@ func testDiesMidway(t *testing.T, h Harness) {
 	src := newSource(t)
 	objs := objects(t, src)
 	store := h.Store(t)
-	first := h.New(t, store, bs)
+	first := h.New(t, store, healthy)
 	for _, o := range objs {
 		readAll(t, first.Through(src), o, 1)
 	}
 	flush(t, first)
 	d := &dyingStore{Backend: store, after: 5}
-	second := h.New(t, d, bs)
+	second := h.New(t, d, prompt)
 	for _, o := range objs {
 		readAll(t, second.Through(src), o, 1)
 	}
@@ -538,28 +559,25 @@ func testComesBack(t *testing.T, h Harness) {
 	objs := objects(t, src)
 	o := objs[len(objs)-1]
 	store := h.Store(t)
-	first := h.New(t, store, bs)
+	first := h.New(t, store, healthy)
 	readAll(t, first.Through(src), o, 2)
 	flush(t, first)
 	sw := &switchStore{Backend: store}
 	sw.down.Store(true)
-	tier := h.New(t, sw, bs)
+	tier := h.New(t, sw, prompt)
 	before := src.read.Load()
 	readAll(t, tier.Through(src), o, 2)
 	if src.read.Load() == before {
 		t.Fatal("a tier whose store is down read nothing from the source")
 	}
 	sw.down.Store(false)
-	for deadline := time.Now().Add(time.Minute); ; {
+	// The tier's backoff runs on its own clock: read until it is over.
+	if err := testwait.Until(testwait.Guard, func() bool {
 		before := src.read.Load()
 		readAll(t, tier.Through(src), o, 2)
-		if src.read.Load() == before {
-			return // served by the tier again
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a minute after its store came back, the tier still sent reads to the source")
-		}
-		time.Sleep(20 * time.Millisecond) // the tier's backoff runs on its own clock
+		return src.read.Load() == before // served by the tier again
+	}); err != nil {
+		t.Fatalf("%v after its store came back, the tier still sent reads to the source", testwait.Guard)
 	}
 }
 
@@ -587,7 +605,7 @@ func testConcurrent(t *testing.T, h Harness) {
 	src := newSource(t)
 	objs := objects(t, src)
 	store := h.Store(t)
-	tiers := []Tier{h.New(t, store, bs), h.New(t, store, bs)}
+	tiers := []Tier{h.New(t, store, healthy), h.New(t, store, healthy)}
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for w := range 8 {

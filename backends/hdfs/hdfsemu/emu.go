@@ -150,14 +150,16 @@ type Server struct {
 	// mu is the namespace lock (HDFS's FSNamesystem lock): it serialises
 	// namespace changes and guards everything below. Block data moves
 	// outside it.
-	mu        sync.Mutex
-	safeMode  bool
-	blocks    map[uint64]*blockRef // by block id
-	blockKeys map[blockKey]uint64  // (inode, start) -> block id, for stable ids
-	nextBlock uint64
-	uc        map[string]*ucFile // files under construction, by HDFS path
-	owners    map[string]string  // owners set by setOwner or create, by HDFS path
-	names     map[uint64]string  // uid<<1 or gid<<1|1 -> name cache
+	mu       sync.Mutex
+	safeMode bool
+	// safeModeRefusals counts the changes refused in safe mode.
+	safeModeRefusals int64
+	blocks           map[uint64]*blockRef // by block id
+	blockKeys        map[blockKey]uint64  // (inode, start) -> block id, for stable ids
+	nextBlock        uint64
+	uc               map[string]*ucFile // files under construction, by HDFS path
+	owners           map[string]string  // owners set by setOwner or create, by HDFS path
+	names            map[uint64]string  // uid<<1 or gid<<1|1 -> name cache
 
 	// dirs indexes wide directories for paged getListing. Its own lock
 	// is a leaf: taken under mu, never the other way round.
@@ -263,6 +265,14 @@ func (s *Server) SetSafeMode(on bool) {
 	s.mu.Lock()
 	s.safeMode = on
 	s.mu.Unlock()
+}
+
+// SafeModeRefusals is how many namespace changes safe mode refused so
+// far: a test waits on it to end safe mode while a client retries.
+func (s *Server) SafeModeRefusals() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.safeModeRefusals
 }
 
 // Close stops both servers and closes every open connection.

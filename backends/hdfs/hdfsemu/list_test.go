@@ -13,6 +13,7 @@ import (
 	hdfs "github.com/colinmarc/hdfs/v2"
 
 	"github.com/mlfsd/mlfsd/backends/hdfs/hdfsemu"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // seedWide writes n empty files into root/dir with ordinary file tools.
@@ -139,16 +140,11 @@ func BenchmarkGetListingWideDir(b *testing.B) {
 // last change is 1.5 s old: an index of it built from then on is trusted.
 func waitSettled(tb testing.TB, dir string) {
 	tb.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	testwait.Eventually(tb, func() bool {
 		var st syscall.Stat_t
 		if err := syscall.Stat(dir, &st); err != nil {
 			tb.Fatal(err)
 		}
-		if time.Since(time.Unix(0, st.Ctim.Nano())) > 1500*time.Millisecond {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s still changing after a minute", dir)
-		}
-	}
+		return time.Since(time.Unix(0, st.Ctim.Nano())) > 1500*time.Millisecond
+	}, "%s to stop changing", dir)
 }

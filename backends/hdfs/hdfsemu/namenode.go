@@ -80,6 +80,7 @@ func handle[R proto.Message](body []byte, req R, f func(R) (proto.Message, error
 
 func (s *Server) checkSafeModeLocked(op, p string) error {
 	if s.safeMode {
+		s.safeModeRefusals++
 		return rerr(exSafeMode, "Cannot %s %s. Name node is in safe mode.", op, p)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // TestListWideDirChanges: a paged listing of a directory wide enough to
@@ -109,16 +110,11 @@ func firstDiff(a, b []string) string {
 // (one built within a second of the change is rebuilt at every use).
 func waitSettled(tb testing.TB, dir string) {
 	tb.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	testwait.Eventually(tb, func() bool {
 		var st syscall.Stat_t
 		if err := syscall.Stat(dir, &st); err != nil {
 			tb.Fatal(err)
 		}
-		if time.Since(time.Unix(0, st.Ctim.Nano())) > 1500*time.Millisecond {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s still changing after a minute", dir)
-		}
-	}
+		return time.Since(time.Unix(0, st.Ctim.Nano())) > 1500*time.Millisecond
+	}, "%s to stop changing", dir)
 }

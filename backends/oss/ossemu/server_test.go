@@ -190,7 +190,7 @@ func TestSeededFiles(t *testing.T) {
 	if got := h1.Get("X-Oss-Hash-Crc64ecma"); got != strconv.FormatUint(crcOf([]byte("first")), 10) {
 		t.Errorf("seeded crc %s", got)
 	}
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // a later mtime: the change the emulator must see
 	if err := os.WriteFile(p, []byte("second!"), 0o644); err != nil {
 		t.Fatal(err)
 	}

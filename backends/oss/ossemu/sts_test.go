@@ -36,13 +36,7 @@ func testJWT(exp time.Time) string {
 // clock is the wall clock.
 func waitExpired(t *testing.T, until time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(until.Add(10 * time.Millisecond)) {
-		if time.Now().After(deadline) {
-			t.Fatal("clock did not move")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	time.Sleep(time.Until(until.Add(10 * time.Millisecond))) // the expiry is the behaviour under test
 }
 
 // TestSTSWebIdentity: the AWS SDK's own STS client gets keys from
