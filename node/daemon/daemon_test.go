@@ -230,7 +230,8 @@ func TestOptionsChecked(t *testing.T) {
 // TestTakeover: a daemon started with Takeover takes the mounts of the
 // one running with its state directory (another process, which exits),
 // and serves them: a file is read through the mount taken over, and the
-// new daemon's API lists and unmounts it.
+// new daemon's API lists and unmounts it. A takeover the new daemon's
+// settings refuse leaves the old one serving.
 func TestTakeover(t *testing.T) {
 	h := newSpec(t)
 	if err := os.WriteFile(filepath.Join(h.NAS, "a"), []byte("taken over"), 0o644); err != nil {
@@ -260,7 +261,23 @@ func TestTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A new daemon whose --nas-root no longer allows the mount builds it
+	// as it would a fresh one, is refused, and the old daemon serves on.
 	o.Takeover = true
+	narrow := o
+	if narrow.NASRoots, err = nasroots.Parse([]string{t.TempDir() + ":rw"}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := Start(t.Context(), narrow); err == nil {
+		d.Wait()
+		t.Fatal("a takeover of a mount the new daemon's NAS roots refuse succeeded")
+	} else if !errors.Is(err, nasroots.ErrNotAllowed) {
+		t.Fatalf("takeover refused with %v, not nasroots.ErrNotAllowed", err)
+	}
+	if got := catFile(t, filepath.Join(mnt, "a")); got != "taken over" {
+		t.Fatalf("after the refused takeover the old daemon serves %q", got)
+	}
+
 	d := start(t, o)
 	select {
 	case err := <-oldDone:
