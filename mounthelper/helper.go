@@ -158,8 +158,7 @@ func (hp Helper) Umount(ctx context.Context, target string, lazy bool) error {
 	if rerr == nil && rec.Daemon != "" {
 		c := api.NewClient(rec.Daemon)
 		if err := c.Unmount(ctx, abs); err != nil {
-			var ae *api.Error
-			if !errors.As(err, &ae) || !errors.Is(ae, node.ErrNotMounted) {
+			if !errors.Is(err, node.ErrNotMounted) {
 				return err
 			}
 			// The daemon does not know it (any more): plain unmount.

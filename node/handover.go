@@ -417,9 +417,7 @@ func (ad *Adopted) Serve() error {
 	for _, it := range served {
 		m := it.m
 		if c != nil && m.req.ReadOnly {
-			m.view = c.ViewAs(m.req.Credentials.fingerprint())
-			m.metrics.serveFrom(m.view)
-			it.src.v.Store(m.view)
+			it.src.v.Store(m.viewOf(c))
 		}
 		n.mu.Lock()
 		n.mounts[m.req.Target] = m

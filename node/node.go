@@ -479,6 +479,16 @@ func (n *Node) buildMount(ctx context.Context, m *mount, u backends.URI, set Set
 	return bm, nil
 }
 
+// viewOf gives input mount m its view of the node's cache c: cached data
+// is served to the mount once the store authorized its credentials for
+// the object (cache/authz.go). A fresh mount gets it before it mounts, a
+// mount taken over once the old daemon let go of the cache.
+func (m *mount) viewOf(c *cache.Cache) *cache.View {
+	m.view = c.ViewAs(m.req.Credentials.fingerprint())
+	m.metrics.serveFrom(m.view)
+	return m.view
+}
+
 // mountNow does the mounting of m; on error it leaves nothing behind.
 func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Settings) (err error) {
 	target := m.req.Target
@@ -511,11 +521,7 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 		if err != nil {
 			return err
 		}
-		// Cached data is served to this mount once the store authorized
-		// its credentials for the object (cache/authz.go).
-		m.view = c.ViewAs(m.req.Credentials.fingerprint())
-		m.metrics.serveFrom(m.view)
-		bm.iopt.Source = m.view
+		bm.iopt.Source = m.viewOf(c)
 		srv, err := mfs.MountInput(target, bm.in, bm.iopt, bm.mopt)
 		if err != nil {
 			return err

@@ -4,10 +4,12 @@
 // an upgrade (handover), and draining and unmounting everything when
 // stopped. cmd/mlfsd only parses the flags into Options.
 //
-// The sequence of Start: the node; with Takeover, the old daemon's mounts
-// (handover.Take); the metrics server; without Takeover, the mount table
-// restored; the API socket; the handover socket, on which a later daemon
-// takes the mounts over. Wait then serves until the context is done (drain
+// The sequence of Start: without Takeover, the API socket and the handover
+// socket (on which a later daemon takes the mounts over), so that a second
+// daemon is refused before it does anything; the node; with Takeover, the
+// old daemon's mounts (handover.Take); the metrics server; without
+// Takeover, the mount table restored, with it, the two sockets (the old
+// daemon held them until it exited). Wait then serves until the context is done (drain
 // and unmount), the API server fails, or the mounts were handed over (exit
 // without touching them).
 package daemon
@@ -119,16 +121,46 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Daemon{o: o, log: log, ctx: ctx, served: make(chan error, 1), handedOver: make(chan struct{})}
+	takeover := o.Takeover
+	hsock := handover.SocketPath(o.StateDir)
+	var l, hl net.Listener
+	if !takeover {
+		// Both sockets first: a daemon started beside a running one (on
+		// its API socket or its state directory) is refused before it
+		// touches anything, since its restore and its stop would rewrite
+		// the running daemon's mount table. Requests wait in the backlog
+		// until the API is served.
+		// The handover socket lies in the state directory, which a first
+		// start makes.
+		if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("state dir %s: %w", o.StateDir, err)
+		}
+		var err error
+		if l, err = api.Listen(o.Socket); err != nil {
+			return nil, err
+		}
+		if hl, err = api.Listen(hsock); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("handover %w", err)
+		}
+	}
+	closeListeners := func() {
+		if l != nil {
+			l.Close()
+		}
+		if hl != nil {
+			hl.Close()
+		}
+	}
 	policy := o.NASRoots
 	// Taking over, the cache directory is the old daemon's until it lets
 	// go; the node opens it then.
-	n, err := node.New(ctx, node.Options{Settings: o.Settings, Version: o.Version, StateDir: o.StateDir, OpenCache: !o.Takeover, Log: log, Progress: o.Progress, NASRoots: &policy})
+	n, err := node.New(ctx, node.Options{Settings: o.Settings, Version: o.Version, StateDir: o.StateDir, OpenCache: !takeover, Log: log, Progress: o.Progress, NASRoots: &policy})
 	if err != nil {
+		closeListeners()
 		return nil, err
 	}
 	d.n = n
-	takeover := o.Takeover
-	hsock := handover.SocketPath(o.StateDir)
 	if takeover {
 		// systemd follows the new process from the moment the old one
 		// lets go (NotifyAccess=all in deploy/systemd).
@@ -148,6 +180,7 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 	}
 	if o.MetricsListen != "" {
 		if ms, addr, err := ServeMetrics(n, o.MetricsListen, log); err != nil && !takeover {
+			closeListeners()
 			d.closeNode()
 			return nil, err
 		} else if err != nil {
@@ -162,26 +195,24 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 		} else if len(restored) > 0 {
 			log.Info("mount table restored", "mounts", len(restored))
 		}
-	}
-	l, err := api.Listen(o.Socket)
-	if err != nil && !takeover {
-		d.closeMetrics()
-		return nil, errors.Join(err, d.closeNode())
-	} else if err != nil {
-		keepServing("the API socket", err)
-	} else if err := api.ClearTakeover(o.Socket); err != nil {
-		log.Warn("takeover marker", "err", err)
-	}
-	d.l = l
-	hl, err := api.Listen(hsock)
-	if err != nil && !takeover {
-		l.Close()
-		d.closeMetrics()
-		return nil, errors.Join(fmt.Errorf("handover %w", err), d.closeNode())
-	} else if err != nil {
-		keepServing("the handover socket", err)
 	} else {
-		d.hl = hl
+		// The old daemon held both sockets until it exited.
+		if l, err = api.Listen(o.Socket); err != nil {
+			l = nil
+			keepServing("the API socket", err)
+		}
+		if hl, err = api.Listen(hsock); err != nil {
+			hl = nil
+			keepServing("the handover socket", err)
+		}
+	}
+	if l != nil {
+		if err := api.ClearTakeover(o.Socket); err != nil {
+			log.Warn("takeover marker", "err", err)
+		}
+	}
+	d.l, d.hl = l, hl
+	if hl != nil {
 		go d.offerMounts(hl.(*net.UnixListener))
 	}
 	d.srv = api.NewServer(n, log)

@@ -77,7 +77,8 @@ func (h helperSpec) options() Options {
 func newSpec(t *testing.T) helperSpec {
 	t.Helper()
 	h := helperSpec{Root: t.TempDir(), NAS: t.TempDir()}
-	for _, d := range []string{"state", "cache", "staging"} {
+	// The state directory is left for the daemon to make.
+	for _, d := range []string{"cache", "staging"} {
 		if err := os.Mkdir(filepath.Join(h.Root, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -239,23 +240,50 @@ func TestReadyFile(t *testing.T) {
 	}
 }
 
-// TestSecondDaemonRefused: a daemon started on the socket and state
-// directory of a running one fails and leaves the first serving.
+// TestSecondDaemonRefused: a daemon started beside a running one (the
+// same flags; another cache directory; another socket too, on the same
+// state directory) fails before it touches anything: the first serves
+// on, its mount and its mount table as they were (a second daemon that
+// restored the table and stopped used to empty it).
 func TestSecondDaemonRefused(t *testing.T) {
 	h := newSpec(t)
+	if err := os.WriteFile(filepath.Join(h.NAS, "a"), []byte("first"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	o := h.options()
 	start(t, o)
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	d2, err := Start(ctx, o)
-	if err == nil {
-		cancel()
-		d2.Wait()
-		t.Fatal("a second daemon started on the socket of a running one")
+	mnt := t.TempDir()
+	if _, err := api.NewClient(o.Socket).Mount(t.Context(), node.MountRequest{URI: "nas://" + h.NAS + "/", Target: mnt, ReadOnly: true}); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("second daemon: %v", err)
-	if _, err := api.NewClient(o.Socket).Status(t.Context()); err != nil {
-		t.Fatalf("the first daemon stopped answering after the second was refused: %v", err)
+	table := filepath.Join(o.StateDir, "mounts.json")
+	before, err := os.ReadFile(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCache := o
+	otherCache.Settings.Cache.Dir = t.TempDir()
+	otherSocket := otherCache
+	otherSocket.Socket = filepath.Join(t.TempDir(), "other.sock")
+	for _, o2 := range []Options{o, otherCache, otherSocket} {
+		ctx, cancel := context.WithCancel(t.Context())
+		d2, err := Start(ctx, o2)
+		if err == nil {
+			cancel()
+			d2.Wait()
+			t.Fatalf("a second daemon started beside a running one (cache %s, socket %s)", o2.Settings.Cache.Dir, o2.Socket)
+		}
+		cancel()
+		t.Logf("second daemon: %v", err)
+		if _, err := api.NewClient(o.Socket).Status(t.Context()); err != nil {
+			t.Fatalf("the first daemon stopped answering after the second was refused: %v", err)
+		}
+		if after, err := os.ReadFile(table); err != nil || string(after) != string(before) {
+			t.Fatalf("the refused daemon (socket %s) rewrote the mount table: %s (%v), was %s", o2.Socket, after, err, before)
+		}
+		if got := catFile(t, filepath.Join(mnt, "a")); got != "first" {
+			t.Fatalf("after a second daemon was refused the first serves %q", got)
+		}
 	}
 }
 
@@ -272,7 +300,8 @@ func TestOptionsChecked(t *testing.T) {
 // TestTakeover: a daemon started with Takeover takes the mounts of the
 // one running with its state directory (another process, which exits),
 // and serves them: a file is read through the mount taken over, and the
-// new daemon's API lists and unmounts it.
+// new daemon's API lists and unmounts it. A takeover the new daemon's
+// settings refuse leaves the old one serving.
 func TestTakeover(t *testing.T) {
 	h := newSpec(t)
 	if err := os.WriteFile(filepath.Join(h.NAS, "a"), []byte("taken over"), 0o644); err != nil {
@@ -302,7 +331,23 @@ func TestTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A new daemon whose --nas-root no longer allows the mount builds it
+	// as it would a fresh one, is refused, and the old daemon serves on.
 	o.Takeover = true
+	narrow := o
+	if narrow.NASRoots, err = nasroots.Parse([]string{t.TempDir() + ":rw"}); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := Start(t.Context(), narrow); err == nil {
+		d.Wait()
+		t.Fatal("a takeover of a mount the new daemon's NAS roots refuse succeeded")
+	} else if !errors.Is(err, nasroots.ErrNotAllowed) {
+		t.Fatalf("takeover refused with %v, not nasroots.ErrNotAllowed", err)
+	}
+	if got := catFile(t, filepath.Join(mnt, "a")); got != "taken over" {
+		t.Fatalf("after the refused takeover the old daemon serves %q", got)
+	}
+
 	d := start(t, o)
 	select {
 	case err := <-oldDone:
