@@ -46,6 +46,13 @@ type InputOptions struct {
 	// keeps getting passthrough, at the price of an OPEN and a RELEASE
 	// round trip per warm open of a small file.
 	KeepOpens bool
+	// Attrs override the owners and modes the tree shows (and the kernel
+	// enforces).
+	Attrs Attrs
+	// AllowEmpty mounts a directory channel that holds nothing (on an
+	// object store: a prefix that does not exist). Otherwise MountInput
+	// fails naming the URI: a job would run on no data.
+	AllowEmpty bool
 }
 
 // inputFS is what every node of one input tree shares.
@@ -57,6 +64,8 @@ type inputFS struct {
 	// owned: the store keeps owners and modes (backends.ObjectInfo.Owned),
 	// which the tree shows and the kernel enforces. Set once, at the root.
 	owned bool
+	// attrs override owners and modes (InputOptions.Attrs).
+	attrs Attrs
 
 	// replay is set only while an adoption opens the handed-over handles
 	// again, one at a time before serving (handover.go): the handle must
@@ -126,7 +135,7 @@ func (f *inputFS) listingOf(key string) *listing {
 // the channel exists, so a typo in a URI fails at mount time rather than as
 // an empty directory.
 func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (gofs.InodeEmbedder, error) {
-	f := &inputFS{b: b, src: opt.Source, log: opt.Log, inos: newInoAlloc(), listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests), keepOpens: opt.KeepOpens}
+	f := &inputFS{b: b, src: opt.Source, log: opt.Log, inos: newInoAlloc(), listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests), keepOpens: opt.KeepOpens, attrs: opt.Attrs}
 	if f.src == nil {
 		f.src = DirectSource{}
 	}
@@ -160,9 +169,15 @@ func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (go
 
 // MountInput mounts a read-only tree over b at mountpoint.
 func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt MountOptions) (*Server, error) {
-	root, err := NewInputRoot(context.Background(), b, opt)
+	ctx := context.Background()
+	root, err := NewInputRoot(ctx, b, opt)
 	if err != nil {
 		return nil, err
+	}
+	if opt.Key == "" && !opt.AllowEmpty {
+		if err := checkNotEmpty(ctx, b); err != nil {
+			return nil, err
+		}
 	}
 	fsys := root.(*inDir).fsys
 	srv, err := mountTree(mountpoint, root, fsys.inos, inputMountOptions(b, fsys, opt, mopt))
@@ -177,10 +192,10 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 // tree over a store that keeps owners (NAS) shows them, and the kernel
 // enforces them (default_permissions), as on output mounts: otherwise any
 // user allowed on the mount (allow_other) could read a file that is 0600 on
-// the NAS.
+// the NAS. So does a tree whose owners or modes the mount options set.
 func inputMountOptions(b backends.Backend, f *inputFS, opt InputOptions, mopt MountOptions) MountOptions {
 	mopt.ReadOnly = true
-	if f.owned {
+	if f.owned || f.attrs.Any() {
 		mopt.DefaultPermissions = true
 	}
 	if mopt.EntryTimeout == 0 {
@@ -333,7 +348,7 @@ func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*g
 		return nil, syscall.ENOENT
 	}
 	if ch := d.GetChild(name); ch != nil {
-		fillAttr(info, &out.Attr)
+		d.fsys.fillAttr(info, &out.Attr)
 		return ch, 0
 	}
 	var node gofs.InodeEmbedder
@@ -343,7 +358,7 @@ func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*g
 	} else {
 		node = &inFile{fsys: d.fsys, info: info}
 	}
-	fillAttr(info, &out.Attr)
+	d.fsys.fillAttr(info, &out.Attr)
 	p := name
 	if dp := d.Path(nil); dp != "" {
 		p = dp + "/" + name
@@ -374,7 +389,7 @@ func dirEntries(entries map[string]backends.ObjectInfo) []fuse.DirEntry {
 }
 
 func (d *inDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	fillAttr(d.info, &out.Attr)
+	d.fsys.fillAttr(d.info, &out.Attr)
 	return 0
 }
 
@@ -510,7 +525,7 @@ var (
 )
 
 func (f *inFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	fillAttr(f.info, &out.Attr)
+	f.fsys.fillAttr(f.info, &out.Attr)
 	return 0
 }
 
@@ -829,8 +844,9 @@ func AdoptInput(fd int, mountpoint string, snap *Snapshot, b backends.Backend, o
 }
 
 // fillAttr describes an object: with the owner, group and mode the store
-// keeps (NAS), or else as root's, readable by all.
-func fillAttr(info backends.ObjectInfo, a *fuse.Attr) {
+// keeps (NAS), or else as root's, readable by all; then as the mount's
+// options override them.
+func (f *inputFS) fillAttr(info backends.ObjectInfo, a *fuse.Attr) {
 	if info.IsDir {
 		a.Mode = syscall.S_IFDIR | 0o555
 		a.Nlink = 2
@@ -844,6 +860,7 @@ func fillAttr(info backends.ObjectInfo, a *fuse.Attr) {
 		a.Mode = a.Mode&syscall.S_IFMT | info.Mode&0o7777
 		a.Uid, a.Gid = info.UID, info.GID
 	}
+	f.attrs.apply(a)
 	a.Blksize = 1 << 20 // tells cp and friends to use large reads
 	t := info.ModTime
 	if t.IsZero() {

@@ -422,7 +422,11 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 	m.metrics = newMountMetrics(target)
 	b := instrument(raw, m.metrics)
 	m.probe = probeOf(b)
-	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug}
+	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug, NoAllowOther: !set.Access.AllowOther}
+	attrs, err := set.Access.Attrs()
+	if err != nil {
+		return err
+	}
 
 	if m.req.ReadOnly {
 		c, err := n.sharedCache()
@@ -439,7 +443,7 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 		if err != nil {
 			return err
 		}
-		srv, err := mfs.MountInput(target, in, mfs.InputOptions{Source: m.view, Key: key, Log: n.log, KeepOpens: !set.Input.NoOpen}, mopt)
+		srv, err := mfs.MountInput(target, in, mfs.InputOptions{Source: m.view, Key: key, Log: n.log, KeepOpens: !set.Input.NoOpen, Attrs: attrs, AllowEmpty: set.Input.AllowEmpty}, mopt)
 		if err != nil {
 			return err
 		}
@@ -480,7 +484,11 @@ func (n *Node) outputOptions(set Settings, m *mount) (writeback.Options, mfs.Out
 		Registry:        prometheus.WrapRegistererWith(prometheus.Labels{"mount": m.req.Target}, m.metrics.reg),
 		Log:             n.log,
 	}
-	oopt := mfs.OutputOptions{FsyncDurable: o.FsyncDurable, NoPassthrough: !o.Passthrough, Log: n.log}
+	attrs, err := set.Access.Attrs()
+	if err != nil {
+		return wopt, mfs.OutputOptions{}, err
+	}
+	oopt := mfs.OutputOptions{FsyncDurable: o.FsyncDurable, NoPassthrough: !o.Passthrough, Log: n.log, Attrs: attrs}
 	if o.Owner != "" {
 		owner, err := ParseOwner(o.Owner) // validated by the table
 		if err != nil {

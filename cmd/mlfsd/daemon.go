@@ -92,8 +92,9 @@ Logs are JSON unless --log-format says otherwise.`,
 	f.IntVar(&protocol, "handover-protocol", 0, "handover protocol to ask for with --takeover (0: this binary's)")
 	f.MarkHidden("handover-protocol")
 	addNASRootFlag(f, &nasRoots)
-	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
+	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput, node.GroupMount)
 	node.AddFlags(f, &a.settings, node.GroupS3)
+	addConfigFlag(c)
 	return c
 }
 

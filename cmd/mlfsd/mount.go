@@ -64,7 +64,8 @@ again; a stale mount of another filesystem is refused.`,
 	c.Flags().BoolVar(&debug, "fuse-debug", false, "log every FUSE request (very verbose)")
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9469")
 	c.Flags().StringVar(&socket, "daemon", "", "ask the mlfsd daemon on this API socket to mount (returns once mounted); mount-scope flags given here apply to this mount")
-	node.AddFlags(c.Flags(), &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
+	node.AddFlags(c.Flags(), &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput, node.GroupMount)
+	addConfigFlag(c)
 	return c
 }
 
