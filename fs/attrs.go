@@ -61,17 +61,21 @@ func (a Attrs) apply(out *fuse.Attr) {
 	out.Uid, out.Gid = a.owner(out.Uid, out.Gid)
 }
 
-// checkNotEmpty fails unless the directory channel b holds at least one
+// checkNotEmpty fails unless the directory channel b (called name in
+// the error) holds at least one
 // entry, with one LIST of one key: on an object store a prefix that does
 // not exist and one with nothing under it are the same thing, and a job
 // that mounts either would run on no data.
-func checkNotEmpty(ctx context.Context, b backends.Backend) error {
+func checkNotEmpty(ctx context.Context, b backends.Backend, name string) error {
+	if name == "" {
+		name = b.ID()
+	}
 	page, err := b.List(ctx, backends.ListOptions{MaxKeys: 1})
 	if err != nil {
-		return fmt.Errorf("input %s: %w", b.ID(), err)
+		return fmt.Errorf("input %s: %w", name, err)
 	}
 	if len(page.Objects) == 0 && len(page.Prefixes) == 0 && page.NextToken == "" {
-		return fmt.Errorf("input %s: nothing there (no such prefix or directory, or it is empty); check the URI, or give --allow-empty (-o allow_empty) to mount it anyway", b.ID())
+		return fmt.Errorf("input %s: nothing there (no such prefix or directory, or it is empty); check the URI, or give --allow-empty (-o allow_empty) to mount it anyway", name)
 	}
 	return nil
 }

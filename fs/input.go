@@ -39,6 +39,9 @@ type InputOptions struct {
 	// Key, when set, makes a single-object channel: the tree holds just
 	// that object, as /<basename>. Empty means the whole backend root.
 	Key string
+	// Name is what errors call the channel: the URI as its user gave it
+	// (default: the backend's ID, and the Key).
+	Name string
 	// Log receives errors the application only sees as an errno.
 	Log *slog.Logger
 	// KeepOpens keeps the mount from turning no-open (inFile.noOpen):
@@ -142,23 +145,27 @@ func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (go
 	if f.log == nil {
 		f.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	name := opt.Name
+	if name == "" {
+		name = b.ID() + opt.Key
+	}
 	if opt.Key == "" {
 		info, err := b.Stat(ctx, "")
 		if err != nil {
-			return nil, fmt.Errorf("input %s: %w", b.ID(), err)
+			return nil, fmt.Errorf("input %s: %w", name, err)
 		}
 		if !info.IsDir {
-			return nil, fmt.Errorf("input %s: not a directory", b.ID())
+			return nil, fmt.Errorf("input %s: not a directory", name)
 		}
 		f.owned = info.Owned
 		return &inDir{fsys: f, info: info}, nil
 	}
 	info, err := b.Stat(ctx, opt.Key)
 	if err != nil {
-		return nil, fmt.Errorf("input %s%s: %w", b.ID(), opt.Key, err)
+		return nil, fmt.Errorf("input %s: %w", name, err)
 	}
 	if info.IsDir {
-		return nil, fmt.Errorf("input %s%s is a directory; end the URI with '/' to mount a directory channel", b.ID(), opt.Key)
+		return nil, fmt.Errorf("input %s is a directory; end the URI with '/' to mount a directory channel", name)
 	}
 	f.owned = info.Owned
 	l := f.listingOf("")
@@ -175,7 +182,7 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 		return nil, err
 	}
 	if opt.Key == "" && !opt.AllowEmpty {
-		if err := checkNotEmpty(ctx, b); err != nil {
+		if err := checkNotEmpty(ctx, b, opt.Name); err != nil {
 			return nil, err
 		}
 	}

@@ -443,7 +443,7 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 		if err != nil {
 			return err
 		}
-		srv, err := mfs.MountInput(target, in, mfs.InputOptions{Source: m.view, Key: key, Log: n.log, KeepOpens: !set.Input.NoOpen, Attrs: attrs, AllowEmpty: set.Input.AllowEmpty}, mopt)
+		srv, err := mfs.MountInput(target, in, mfs.InputOptions{Source: m.view, Key: key, Name: u.String(), Log: n.log, KeepOpens: !set.Input.NoOpen, Attrs: attrs, AllowEmpty: set.Input.AllowEmpty}, mopt)
 		if err != nil {
 			return err
 		}
