@@ -3,6 +3,8 @@ package node
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends/hdfs/hdfsemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/job"
 )
 
 // asUser runs name as uid:gid in a subprocess (the tests run as root; a
@@ -245,5 +248,32 @@ func TestMissingInputFails(t *testing.T) {
 			t.Errorf("%s with allow-empty: ls %q, %v; want an empty directory", tc.uri, out, err)
 		}
 		mustNil(t, n.Unmount(t.Context(), mnt))
+	}
+}
+
+// TestRunStopsOnAMissingInput: `mlfsd run` (job.Runner over the node's
+// mounter) with an input that holds nothing fails before the command
+// starts, naming the channel and the URI, and leaves nothing mounted.
+// Before, the empty channel mounted and the command ran on no data.
+func TestRunStopsOnAMissingInput(t *testing.T) {
+	data := t.TempDir()
+	mustNil(t, os.WriteFile(filepath.Join(data, "shard"), []byte("x"), 0o644))
+	missing := t.TempDir() // empty: on OSS, a prefix nothing was uploaded to
+	n := newTestNode(t, "")
+	ran := filepath.Join(t.TempDir(), "ran")
+	spec := "name: j\ncommand: [touch, " + ran + "]\ninputs:\n  train: nas://" + data + "/\n  eval: nas://" + missing + "/\n"
+	plan, err := job.Parse([]byte(spec), job.Options{Root: t.TempDir()})
+	mustNil(t, err)
+	r := &job.Runner{Plan: plan, Mounter: n.JobMounter(nil, Credentials{}), Stdout: io.Discard, Stderr: io.Discard,
+		Log: slog.New(slog.DiscardHandler)}
+	_, err = r.Run(t.Context())
+	if err == nil || !strings.Contains(err.Error(), `"eval"`) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("run: %v; want an error naming channel \"eval\" and %s", err, missing)
+	}
+	if _, serr := os.Stat(ran); serr == nil {
+		t.Error("the command ran although an input was missing")
+	}
+	if len(n.List()) != 0 {
+		t.Errorf("mounts left: %+v", n.List())
 	}
 }
