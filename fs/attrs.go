@@ -61,12 +61,13 @@ func (a Attrs) apply(out *fuse.Attr) {
 	out.Uid, out.Gid = a.owner(out.Uid, out.Gid)
 }
 
-// checkNotEmpty fails unless the directory channel b (called name in
-// the error) holds at least one
-// entry, with one LIST of one key: on an object store a prefix that does
-// not exist and one with nothing under it are the same thing, and a job
-// that mounts either would run on no data.
-func checkNotEmpty(ctx context.Context, b backends.Backend, name string) error {
+// CheckInputNotEmpty fails unless the directory channel b (called name in
+// the error; "" for b's ID) holds at least one entry, with one LIST of one
+// key: on an object store a prefix that does not exist and one with
+// nothing under it are the same thing, and a job that mounts either as an
+// input would run on no data. A mount's caller checks before a fresh
+// mount, not when it takes one over.
+func CheckInputNotEmpty(ctx context.Context, b backends.Backend, name string) error {
 	if name == "" {
 		name = b.ID()
 	}

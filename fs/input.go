@@ -52,10 +52,6 @@ type InputOptions struct {
 	// Attrs override the owners and modes the tree shows (and the kernel
 	// enforces).
 	Attrs Attrs
-	// AllowEmpty mounts a directory channel that holds nothing (on an
-	// object store: a prefix that does not exist). Otherwise MountInput
-	// fails naming the URI: a job would run on no data.
-	AllowEmpty bool
 }
 
 // inputFS is what every node of one input tree shares.
@@ -176,15 +172,9 @@ func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (go
 
 // MountInput mounts a read-only tree over b at mountpoint.
 func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt MountOptions) (*Server, error) {
-	ctx := context.Background()
-	root, err := NewInputRoot(ctx, b, opt)
+	root, err := NewInputRoot(context.Background(), b, opt)
 	if err != nil {
 		return nil, err
-	}
-	if opt.Key == "" && !opt.AllowEmpty {
-		if err := checkNotEmpty(ctx, b, opt.Name); err != nil {
-			return nil, err
-		}
 	}
 	fsys := root.(*inDir).fsys
 	srv, err := mountTree(mountpoint, root, fsys.inos, inputMountOptions(b, fsys, opt, mopt))

@@ -370,7 +370,6 @@ func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 		return err
 	}
 	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug, ReadOnly: true}
-	// An adopted input is not checked for emptiness: it was when mounted.
 	a, err := mfs.AdoptInput(hm.Fd, req.Target, hm.Snapshot, in, mfs.InputOptions{Source: src, Key: key, Log: n.log, KeepOpens: !set.Input.NoOpen, Attrs: attrs}, mopt)
 	if err != nil {
 		release()

@@ -443,7 +443,12 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 		if err != nil {
 			return err
 		}
-		srv, err := mfs.MountInput(target, in, mfs.InputOptions{Source: m.view, Key: key, Name: u.String(), Log: n.log, KeepOpens: !set.Input.NoOpen, Attrs: attrs, AllowEmpty: set.Input.AllowEmpty}, mopt)
+		if key == "" && !set.Input.AllowEmpty {
+			if err := mfs.CheckInputNotEmpty(ctx, b, u.String()); err != nil {
+				return err
+			}
+		}
+		srv, err := mfs.MountInput(target, in, mfs.InputOptions{Source: m.view, Key: key, Name: u.String(), Log: n.log, KeepOpens: !set.Input.NoOpen, Attrs: attrs}, mopt)
 		if err != nil {
 			return err
 		}
