@@ -80,3 +80,49 @@ func TestPublishWithMountOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestProvisionedInputMayBeEmpty: an input volume of an empty directory
+// fails to publish naming its URI and allow-empty (a static PV naming a
+// dataset that is not there), while a volume CreateVolume just made, empty
+// by construction, publishes: its context carries allow-empty.
+func TestProvisionedInputMayBeEmpty(t *testing.T) {
+	store := t.TempDir()
+	empty := filepath.Join(store, "empty")
+	for _, d := range []string{empty, filepath.Join(store, "volumes")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy, err := nasroots.Parse([]string{store + ":rw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startTrustPlugin(t, Options{NASRoots: policy})
+	capRO := fsCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)
+	target := p.podTarget(t, "pod", "static")
+	_, err = p.node.NodePublishVolume(t.Context(), &csi.NodePublishVolumeRequest{VolumeId: "s", TargetPath: target,
+		VolumeContext: map[string]string{"uri": "nas://" + empty + "/"}, VolumeCapability: capRO})
+	if err == nil || !strings.Contains(err.Error(), empty) || !strings.Contains(err.Error(), "allow-empty") {
+		t.Errorf("publishing an empty static input: %v; want an error naming %s and allow-empty", err, empty)
+	}
+	if mounted(t, target) {
+		t.Fatal("a refused publish is mounted")
+	}
+
+	vol, err := p.controller.CreateVolume(t.Context(), &csi.CreateVolumeRequest{Name: "pvc-1", VolumeCapabilities: []*csi.VolumeCapability{capRO},
+		Parameters: map[string]string{"uri": "nas://" + filepath.Join(store, "volumes") + "/", "mode": "input"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := vol.GetVolume().GetVolumeContext()[AttrAllowEmpty]; got != "true" {
+		t.Errorf("CreateVolume's context: allow-empty %q, want true", got)
+	}
+	target = p.podTarget(t, "pod", "provisioned")
+	if _, err := p.node.NodePublishVolume(t.Context(), &csi.NodePublishVolumeRequest{VolumeId: vol.GetVolume().GetVolumeId(), TargetPath: target,
+		VolumeContext: vol.GetVolume().GetVolumeContext(), VolumeCapability: capRO}); err != nil {
+		t.Fatalf("publishing a volume CreateVolume made: %v", err)
+	}
+	if _, err := p.node.NodeUnpublishVolume(t.Context(), &csi.NodeUnpublishVolumeRequest{VolumeId: vol.GetVolume().GetVolumeId(), TargetPath: target}); err != nil {
+		t.Fatal(err)
+	}
+}

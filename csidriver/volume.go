@@ -34,6 +34,11 @@ const (
 	// volume's secrets.
 	AttrSharedCache     = "shared-cache"
 	AttrSharedCacheSize = "shared-cache-size"
+	// AttrAllowEmpty is the mount option --allow-empty: an input volume
+	// that holds nothing mounts instead of failing. CreateVolume sets it
+	// on the volumes it provisions (they start empty) unless the
+	// StorageClass says otherwise.
+	AttrAllowEmpty = "allow-empty"
 	// ParamOnDelete is a StorageClass parameter: "retain" (the default)
 	// keeps a deleted volume's data in the store, "delete" removes it.
 	ParamOnDelete = "onDelete"

@@ -475,6 +475,7 @@ func TestRunStaleMount(t *testing.T) {
 	cleanupMounts(t, tmp)
 	data := filepath.Join(tmp, "data")
 	os.MkdirAll(data, 0o755)
+	os.WriteFile(filepath.Join(data, "x.txt"), []byte("x"), 0o644) // an empty input fails
 	root := filepath.Join(tmp, "ml")
 	mnt := filepath.Join(root, "input", "data", "d")
 	os.MkdirAll(mnt, 0o755)
