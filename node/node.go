@@ -423,10 +423,6 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 	b := instrument(raw, m.metrics)
 	m.probe = probeOf(b)
 	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug, NoAllowOther: !set.Access.AllowOther}
-	attrs, err := set.Access.Attrs()
-	if err != nil {
-		return err
-	}
 
 	if m.req.ReadOnly {
 		c, err := n.sharedCache()
@@ -440,6 +436,10 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 		mopt.ReadOnly = true
 		// The cache's misses read the source through the shared tier, if any.
 		in, err := n.shared.through(ctx, b, set)
+		if err != nil {
+			return err
+		}
+		attrs, err := set.Access.Attrs()
 		if err != nil {
 			return err
 		}
