@@ -195,6 +195,7 @@ func TestRunFailsCleanly(t *testing.T) {
 	cleanupMounts(t, tmp)
 	data := filepath.Join(tmp, "data")
 	os.MkdirAll(data, 0o755)
+	os.WriteFile(filepath.Join(data, "x.txt"), []byte("x"), 0o644) // "good" holds something
 	cases := []struct {
 		spec string
 		want []string
