@@ -76,3 +76,45 @@ func TestConfigErrorStopsTheCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestMountDashO: `mlfsd mount -o` takes an fstab line's options: ro is
+// --read-only, the rest the flags of their names; a flag given as a flag
+// beats -o, which beats --config, which fills in what neither gave. A bad
+// option stops the command naming it. In process: nothing is mounted.
+func TestMountDashO(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "mount.yaml")
+	if err := os.WriteFile(cfg, []byte("uid: 3000\ngid: 7\nfile-mode: 0400\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard}
+	root := newRootCmd(a)
+	sub, rest, err := root.Find([]string{"mount", "-o", "ro,allow_other,uid=1000,file_mode=0440,_netdev", "-o", "cache_memory=64MiB",
+		"--uid", "2000", "--config", cfg, "nas:///x/", "/mnt/x"})
+	if err != nil || sub.Name() != "mount" {
+		t.Fatalf("mount: %v", err)
+	}
+	if err := sub.ParseFlags(rest); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyMountOptionFlag(sub); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.ApplyConfigFile(cfg, sub.Flags()); err != nil {
+		t.Fatal(err)
+	}
+	if ro := sub.Flags().Lookup("read-only").Value.String(); ro != "true" {
+		t.Errorf("-o ro: --read-only %s", ro)
+	}
+	acc := a.settings.Access
+	if acc.UID != "2000" || acc.FileMode != "0440" || acc.GID != "7" || !acc.AllowOther || a.settings.Cache.MemoryBytes != 64<<20 {
+		t.Errorf("settings %+v, cache-memory %d: want uid 2000 (the flag), file-mode 0440 (-o), gid 7 (the file), allow-other, 64MiB", acc, a.settings.Cache.MemoryBytes)
+	}
+
+	for opts, want := range map[string]string{"ro,uid=alice": "-o uid", "ro,log_file=/x.log": "log_file", "ro,suid": "nosuid"} {
+		root := newRootCmd(&app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard})
+		root.SetArgs([]string{"mount", "-o", opts, "nas:///nonexistent/", t.TempDir()})
+		if err := root.Execute(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("-o %s: %v; want an error naming %s", opts, err, want)
+		}
+	}
+}

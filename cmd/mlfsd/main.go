@@ -120,8 +120,12 @@ func newRootCmd(a *app) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			// A configuration file first: flags it sets (--log-level too)
-			// must be in place before anything uses them.
+			// mlfsd mount's -o, then a configuration file: flags they set
+			// (--log-level too) must be in place before anything uses
+			// them, and each sets only what the command line did not.
+			if err := applyMountOptionFlag(cmd); err != nil {
+				return err
+			}
 			if f := cmd.Flags().Lookup(node.ConfigFlag); f != nil && f.Value.String() != "" {
 				if err := node.ApplyConfigFile(f.Value.String(), cmd.Flags()); err != nil {
 					return err
