@@ -113,6 +113,11 @@ func (c *controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		}
 	}
 	vctx[AttrURI] = vu.String()
+	if _, ok := vctx[AttrAllowEmpty]; !ok {
+		// The volume was made just now, so it is empty: the check that an
+		// input holds something is for data that should already be there.
+		vctx[AttrAllowEmpty] = "true"
+	}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:      volumeID(c.d.opt.ControllerKey, policy, vu),
 		CapacityBytes: 0,

@@ -36,7 +36,8 @@ func (s *nodeServer) NodeGetCapabilities(context.Context, *csi.NodeGetCapabiliti
 }
 
 // checkCapability accepts filesystem (mount) volumes in any access mode.
-// Mount flags and a filesystem type do not apply to a FUSE channel.
+// A filesystem type does not apply to a FUSE channel; mount flags (a
+// PersistentVolume's mountOptions) are mount options (withMountFlags).
 func checkCapability(c *csi.VolumeCapability) error {
 	if c == nil {
 		return errors.New("volume capability is required")
@@ -97,7 +98,11 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", req.GetVolumeId(), err)
 	}
-	readOnly := !spec.output || req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
+	spec, roFlag, err := withMountFlags(spec, req.GetVolumeCapability().GetMount().GetMountFlags())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", req.GetVolumeId(), err)
+	}
+	readOnly := !spec.output || roFlag || req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
 	if spec.uri, err = s.d.opt.NASRoots.Check(spec.uri, !readOnly); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: volume attribute %q: %v", req.GetVolumeId(), AttrURI, err)
 	}

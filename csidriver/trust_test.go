@@ -130,6 +130,10 @@ func TestHostileVolumeAttributes(t *testing.T) {
 	if err := os.Symlink("/etc", filepath.Join(data, "etc")); err != nil {
 		t.Fatal(err)
 	}
+	// The allowed input below must hold something (an empty input fails).
+	if err := os.WriteFile(filepath.Join(data, "shard"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	policy, err := nasroots.Parse([]string{data + ":ro", out + ":rw"})
 	if err != nil {
 		t.Fatal(err)

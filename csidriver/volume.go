@@ -5,12 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"sort"
 	"strings"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/mounthelper"
 	"github.com/mlfsd/mlfsd/node"
 )
 
@@ -32,6 +34,11 @@ const (
 	// volume's secrets.
 	AttrSharedCache     = "shared-cache"
 	AttrSharedCacheSize = "shared-cache-size"
+	// AttrAllowEmpty is the mount option --allow-empty: an input volume
+	// that holds nothing mounts instead of failing. CreateVolume sets it
+	// on the volumes it provisions (they start empty) unless the
+	// StorageClass says otherwise.
+	AttrAllowEmpty = "allow-empty"
 	// ParamOnDelete is a StorageClass parameter: "retain" (the default)
 	// keeps a deleted volume's data in the store, "delete" removes it.
 	ParamOnDelete = "onDelete"
@@ -148,6 +155,41 @@ func parseAttributes(attrs map[string]string, extra ...string) (volumeSpec, erro
 		return s, fmt.Errorf("volume attributes %q and %q go together (RRSA): one is missing", AttrOSSRoleARN, AttrOSSOIDCProviderARN)
 	}
 	return s, nil
+}
+
+// withMountFlags adds a PersistentVolume's mountOptions (the volume
+// capability's mount flags: ro, allow_other, uid=1000, file_mode=0440,
+// ...), parsed as fstab's -o options are (mounthelper.ParseOptions), to
+// the volume's options, and reports whether ro was among them. A flag and
+// an attribute that disagree, a node setting, daemon= and log_file= are
+// errors naming the flag.
+func withMountFlags(s volumeSpec, flags []string) (volumeSpec, bool, error) {
+	if len(flags) == 0 {
+		return s, false, nil
+	}
+	h, err := mounthelper.ParseOptions(flags)
+	if err != nil {
+		return s, false, fmt.Errorf("mount options: %w", err)
+	}
+	if h.Daemon != "" || h.LogFile != "" {
+		return s, false, errors.New("mount options: daemon= and log_file= are for fstab lines, not for a volume")
+	}
+	if len(h.Flags) != len(h.MountOptions) {
+		return s, false, fmt.Errorf("mount options %v: node settings; set them on the mlfsd daemon, not per volume", h.Flags)
+	}
+	names := make([]string, 0, len(h.MountOptions))
+	for k := range h.MountOptions {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		v := h.MountOptions[k]
+		if prev, ok := s.options[k]; ok && prev != v {
+			return s, false, fmt.Errorf("mount option %s=%s: volume attribute %q says %q; give it once", strings.ReplaceAll(k, "-", "_"), v, k, prev)
+		}
+		s.options[k] = v
+	}
+	return s, h.ReadOnly, nil
 }
 
 // validateOptions checks mount options against the node's options table:

@@ -40,6 +40,9 @@ type InputOptions struct {
 	// Key, when set, makes a single-object channel: the tree holds just
 	// that object, as /<basename>. Empty means the whole backend root.
 	Key string
+	// Name is what errors call the channel: the URI as its user gave it
+	// (default: the backend's ID, and the Key).
+	Name string
 	// Log receives errors the application only sees as an errno.
 	Log *slog.Logger
 	// KeepOpens keeps the mount from turning no-open (inFile.noOpen):
@@ -47,6 +50,9 @@ type InputOptions struct {
 	// keeps getting passthrough, at the price of an OPEN and a RELEASE
 	// round trip per warm open of a small file.
 	KeepOpens bool
+	// Attrs override the owners and modes the tree shows (and the kernel
+	// enforces).
+	Attrs Attrs
 }
 
 // inputFS is what every node of one input tree shares.
@@ -58,6 +64,8 @@ type inputFS struct {
 	// owned: the store keeps owners and modes (backends.ObjectInfo.Owned),
 	// which the tree shows and the kernel enforces. Set once, at the root.
 	owned bool
+	// attrs override owners and modes (InputOptions.Attrs).
+	attrs Attrs
 
 	// replay is set only while an adoption opens the handed-over handles
 	// again, one at a time before serving (fuseconn.Adoption.Serve): the handle must
@@ -127,30 +135,34 @@ func (f *inputFS) listingOf(key string) *listing {
 // the channel exists, so a typo in a URI fails at mount time rather than as
 // an empty directory.
 func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (gofs.InodeEmbedder, error) {
-	f := &inputFS{b: b, src: opt.Source, log: opt.Log, inos: fuseconn.NewInodes(), listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests), keepOpens: opt.KeepOpens}
+	f := &inputFS{b: b, src: opt.Source, log: opt.Log, inos: fuseconn.NewInodes(), listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests), keepOpens: opt.KeepOpens, attrs: opt.Attrs}
 	if f.src == nil {
 		f.src = DirectSource{}
 	}
 	if f.log == nil {
 		f.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	name := opt.Name
+	if name == "" {
+		name = b.ID() + opt.Key
+	}
 	if opt.Key == "" {
 		info, err := b.Stat(ctx, "")
 		if err != nil {
-			return nil, fmt.Errorf("input %s: %w", b.ID(), err)
+			return nil, fmt.Errorf("input %s: %w", name, err)
 		}
 		if !info.IsDir {
-			return nil, fmt.Errorf("input %s: not a directory", b.ID())
+			return nil, fmt.Errorf("input %s: not a directory", name)
 		}
 		f.owned = info.Owned
 		return &inDir{fsys: f, info: info}, nil
 	}
 	info, err := b.Stat(ctx, opt.Key)
 	if err != nil {
-		return nil, fmt.Errorf("input %s%s: %w", b.ID(), opt.Key, err)
+		return nil, fmt.Errorf("input %s: %w", name, err)
 	}
 	if info.IsDir {
-		return nil, fmt.Errorf("input %s%s is a directory; end the URI with '/' to mount a directory channel", b.ID(), opt.Key)
+		return nil, fmt.Errorf("input %s is a directory; end the URI with '/' to mount a directory channel", name)
 	}
 	f.owned = info.Owned
 	l := f.listingOf("")
@@ -173,10 +185,10 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 // tree over a store that keeps owners (NAS) shows them, and the kernel
 // enforces them (default_permissions), as on output mounts: otherwise any
 // user allowed on the mount (allow_other) could read a file that is 0600 on
-// the NAS.
+// the NAS. So does a tree whose owners or modes the mount options set.
 func inputMountOptions(b backends.Backend, f *inputFS, opt InputOptions, mopt MountOptions) MountOptions {
 	mopt.ReadOnly = true
-	if f.owned {
+	if f.owned || f.attrs.Any() {
 		mopt.DefaultPermissions = true
 	}
 	if mopt.EntryTimeout == 0 {
@@ -329,7 +341,7 @@ func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*g
 		return nil, syscall.ENOENT
 	}
 	if ch := d.GetChild(name); ch != nil {
-		fillAttr(info, &out.Attr)
+		d.fsys.fillAttr(info, &out.Attr)
 		return ch, 0
 	}
 	var node gofs.InodeEmbedder
@@ -339,7 +351,7 @@ func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*g
 	} else {
 		node = &inFile{fsys: d.fsys, info: info}
 	}
-	fillAttr(info, &out.Attr)
+	d.fsys.fillAttr(info, &out.Attr)
 	p := name
 	if dp := d.Path(nil); dp != "" {
 		p = dp + "/" + name
@@ -370,7 +382,7 @@ func dirEntries(entries map[string]backends.ObjectInfo) []fuse.DirEntry {
 }
 
 func (d *inDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	fillAttr(d.info, &out.Attr)
+	d.fsys.fillAttr(d.info, &out.Attr)
 	return 0
 }
 
@@ -506,7 +518,7 @@ var (
 )
 
 func (f *inFile) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	fillAttr(f.info, &out.Attr)
+	f.fsys.fillAttr(f.info, &out.Attr)
 	return 0
 }
 
@@ -814,8 +826,9 @@ func AdoptInput(fd int, mountpoint string, snap *Snapshot, b backends.Backend, o
 }
 
 // fillAttr describes an object: with the owner, group and mode the store
-// keeps (NAS), or else as root's, readable by all.
-func fillAttr(info backends.ObjectInfo, a *fuse.Attr) {
+// keeps (NAS), or else as root's, readable by all; then as the mount's
+// options override them.
+func (f *inputFS) fillAttr(info backends.ObjectInfo, a *fuse.Attr) {
 	if info.IsDir {
 		a.Mode = syscall.S_IFDIR | 0o555
 		a.Nlink = 2
@@ -829,6 +842,7 @@ func fillAttr(info backends.ObjectInfo, a *fuse.Attr) {
 		a.Mode = a.Mode&syscall.S_IFMT | info.Mode&0o7777
 		a.Uid, a.Gid = info.UID, info.GID
 	}
+	f.attrs.apply(a)
 	a.Blksize = 1 << 20 // tells cp and friends to use large reads
 	t := info.ModTime
 	if t.IsZero() {

@@ -55,6 +55,9 @@ type OutputOptions struct {
 	// owners); nil means the daemon's own uid and gid. Files and
 	// directories created through the mount belong to their creator.
 	Owner *Owner
+	// Attrs override the owner (over Owner) and modes of what the backend
+	// holds; what is created through the mount gets its creator's.
+	Attrs Attrs
 }
 
 // Owner is a uid and gid.
@@ -86,7 +89,7 @@ func NewOutputRoot(ctx context.Context, opt OutputOptions) (gofs.InodeEmbedder, 
 	if err := t.st.MakeDir(ctx, ""); err != nil {
 		return nil, err
 	}
-	return &outDir{t: t, meta: t.loadedMeta(0o755, time.Now())}, nil
+	return &outDir{t: t, meta: t.loadedMeta(t.dirMode(0), time.Now())}, nil
 }
 
 func newOutTree(b backends.Backend, opt OutputOptions) *outTree {
@@ -99,6 +102,7 @@ func newOutTree(b backends.Backend, opt OutputOptions) *outTree {
 	if opt.Owner != nil {
 		t.owner = *opt.Owner
 	}
+	t.owner.UID, t.owner.GID = opt.Attrs.owner(t.owner.UID, t.owner.GID)
 	return t
 }
 
@@ -230,7 +234,7 @@ func (d *outDir) load(ctx context.Context) syscall.Errno {
 			if mt.IsZero() {
 				mt = time.Now()
 			}
-			d.AddChild(name, d.newChild(ctx, key, name, &outDir{t: d.t, meta: d.t.loadedMeta(dirMode(o.Mode), mt)}, syscall.S_IFDIR), false)
+			d.AddChild(name, d.newChild(ctx, key, name, &outDir{t: d.t, meta: d.t.loadedMeta(d.t.dirMode(o.Mode), mt)}, syscall.S_IFDIR), false)
 		}
 	}
 	for name, o := range files {
@@ -242,26 +246,27 @@ func (d *outDir) load(ctx context.Context) syscall.Errno {
 			continue
 		}
 		info := o
-		d.AddChild(name, d.newChild(ctx, key, name, &outFile{t: d.t, base: &info, meta: d.t.loadedMeta(fileMode(o.Mode), o.ModTime)}, syscall.S_IFREG), false)
+		d.AddChild(name, d.newChild(ctx, key, name, &outFile{t: d.t, base: &info, meta: d.t.loadedMeta(d.t.fileMode(o.Mode), o.ModTime)}, syscall.S_IFREG), false)
 	}
 	d.loaded = true
 	return 0
 }
 
 // fileMode and dirMode are the modes of what the backend holds: the
-// store's where it keeps them (NAS, HDFS), else the usual defaults.
-func fileMode(m uint32) uint32 {
+// store's where it keeps them (NAS, HDFS), else the usual defaults, as the
+// mount's options override them.
+func (t *outTree) fileMode(m uint32) uint32 {
 	if m&0o7777 == 0 {
-		return 0o644
+		m = 0o644
 	}
-	return m & 0o7777
+	return t.opt.Attrs.perm(false, m&0o7777)
 }
 
-func dirMode(m uint32) uint32 {
+func (t *outTree) dirMode(m uint32) uint32 {
 	if m&0o7777 == 0 {
-		return 0o755
+		m = 0o755
 	}
-	return m & 0o7777
+	return t.opt.Attrs.perm(true, m&0o7777)
 }
 
 func (d *outDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {

@@ -29,20 +29,37 @@ type Options struct {
 }
 
 // ignoredMountOptions are generic options mount(8) and fstab carry that
-// mean nothing to a FUSE channel (or are handled by mount(8) itself).
+// need nothing of mlfsd: mount(8) acts on them itself (auto, noauto, user,
+// users, owner, group, _netdev, nofail), they are what an mlfsd mount
+// always is (rw without ro, nosuid, nodev, exec, async), or they concern
+// access times, which mlfsd does not keep on inputs and keeps per mount on
+// outputs (see README, "Mount options").
 var ignoredMountOptions = map[string]bool{
 	"rw": true, "defaults": true, "auto": true, "noauto": true, "user": true, "nouser": true,
-	"users": true, "_netdev": true, "nofail": true, "exec": true, "noexec": true, "suid": true,
-	"nosuid": true, "dev": true, "nodev": true, "atime": true, "noatime": true,
+	"users": true, "_netdev": true, "nofail": true, "exec": true,
+	"nosuid": true, "nodev": true, "atime": true, "noatime": true,
 	"relatime": true, "norelatime": true, "strictatime": true, "nodiratime": true,
-	"diratime": true, "async": true, "sync": true, "owner": true, "group": true, "loud": true,
+	"diratime": true, "async": true, "owner": true, "group": true, "loud": true,
 	"helper": true,
+}
+
+// refusedMountOptions are generic options an mlfsd mount cannot honour,
+// with why: accepting them would promise what does not happen.
+var refusedMountOptions = map[string]string{
+	"suid":    "mlfsd mounts are always nosuid: a file from a store must not gain privileges on the node",
+	"dev":     "mlfsd mounts are always nodev: a store holds no device nodes the node should open",
+	"noexec":  "not supported: input files keep their execute bits, and output files are programs' own",
+	"sync":    "writes to an output are staged and uploaded in the background; for durability use fsync_durable (fsync returns once the file is in the store) or staging_fsync",
+	"dirsync": "directory changes on an output are uploaded in the background (see README, Semantics)",
+	"mand":    "mandatory locks are not supported",
 }
 
 // ParseOptions maps -o options to mlfsd flags: ro (an input; without
 // it, an output), daemon=SOCKET, log_file=PATH, and every option of the
 // options table with '_' for '-' (cache_dir=..., cache_memory=4GiB,
-// upload_concurrency=8, no_passthrough). Values are validated here, so a
+// upload_concurrency=8, no_passthrough, allow_other, uid=1000,
+// file_mode=0440). Generic options mlfsd needs nothing for are accepted,
+// those it cannot honour refused saying why. Values are validated here, so a
 // bad fstab line fails before anything starts. Unknown options are errors
 // naming them; credentials cannot be given here (they would show in
 // /proc/PID/cmdline and in fstab): use oss_credentials_file.
@@ -66,6 +83,8 @@ func ParseOptions(list []string) (Options, error) {
 				continue
 			case ignoredMountOptions[name] || strings.HasPrefix(name, "x-") || name == "comment":
 				continue
+			case refusedMountOptions[name] != "" && !hasVal:
+				return h, fmt.Errorf("-o %s: %s; remove it from the options", name, refusedMountOptions[name])
 			case name == "daemon":
 				if !hasVal || val == "" {
 					return h, errors.New("-o daemon: want daemon=/path/to/mlfsd.sock")

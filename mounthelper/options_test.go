@@ -24,7 +24,25 @@ func TestParseOptions(t *testing.T) {
 	if err != nil || h.Daemon != "/run/mlfsd/api.sock" || h.ReadOnly || h.MountOptions["upload-concurrency"] != "8" || !h.UHelper {
 		t.Errorf("daemon options: %+v, %v", h, err)
 	}
+	// An fstab line as s3fs, ossfs and rclone users write it.
+	h, err = ParseOptions([]string{"ro,allow_other,uid=1000,gid=1000,umask=022,file_mode=0440,dir_mode=0550,allow_empty,_netdev,nosuid,nodev,noatime,defaults,noauto,user"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"--allow-other=true", "--uid=1000", "--gid=1000", "--umask=022", "--file-mode=0440", "--dir-mode=0550", "--allow-empty=true"}
+	if !h.ReadOnly || strings.Join(h.Flags, " ") != strings.Join(want, " ") {
+		t.Errorf("fstab line: ro %v, flags %v, want %v", h.ReadOnly, h.Flags, want)
+	}
+	if len(h.MountOptions) != len(want) || h.MountOptions["file-mode"] != "0440" || h.MountOptions["allow-other"] != "true" {
+		t.Errorf("fstab line: mount options %v (all mount-scope, for a daemon)", h.MountOptions)
+	}
 	for opts, want := range map[string]string{
+		"uid=alice":               "uid",
+		"file_mode=0999":          "file_mode",
+		"suid":                    "nosuid",
+		"dev":                     "nodev",
+		"sync":                    "fsync_durable",
+		"noexec":                  "noexec",
 		"oss_access_key_secret=x": "oss_access_key_secret", // credentials never in options
 		"cache_memory":            "cache_memory",          // needs a value
 		"daemon=":                 "daemon",

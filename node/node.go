@@ -463,14 +463,19 @@ func (n *Node) buildMount(ctx context.Context, m *mount, u backends.URI, set Set
 	m.metrics = newMountMetrics(m.req.Target, id)
 	bm.b = instrument(raw, m.metrics)
 	m.probe = probeOf(bm.b)
-	bm.mopt = mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug, ReadOnly: m.req.ReadOnly}
+	bm.mopt = mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug, ReadOnly: m.req.ReadOnly, NoAllowOther: !set.Access.AllowOther}
 	if m.req.ReadOnly {
 		// The cache's misses read the source through the shared tier, if any.
 		if bm.in, err = n.shared.through(ctx, bm.b, set); err != nil {
 			release()
 			return bm, err
 		}
-		bm.iopt = mfs.InputOptions{Key: key, Log: n.log, KeepOpens: !set.Input.NoOpen}
+		attrs, err := set.Access.Attrs()
+		if err != nil {
+			release()
+			return bm, err
+		}
+		bm.iopt = mfs.InputOptions{Key: key, Name: u.String(), Log: n.log, KeepOpens: !set.Input.NoOpen, Attrs: attrs}
 	} else if bm.wopt, bm.oopt, err = n.outputOptions(set, m); err != nil {
 		release()
 		return bm, err
@@ -522,6 +527,12 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 			return err
 		}
 		bm.iopt.Source = m.viewOf(c)
+		// Only a fresh mount is checked: one taken over was when mounted.
+		if bm.iopt.Key == "" && !set.Input.AllowEmpty {
+			if err := mfs.CheckInputNotEmpty(ctx, bm.b, u.String()); err != nil {
+				return err
+			}
+		}
 		srv, err := mfs.MountInput(target, bm.in, bm.iopt, bm.mopt)
 		if err != nil {
 			return err
@@ -559,7 +570,11 @@ func (n *Node) outputOptions(set Settings, m *mount) (writeback.Options, mfs.Out
 		Registry:        prometheus.WrapRegistererWith(prometheus.Labels{"mount": m.req.Target}, m.metrics.reg),
 		Log:             n.log,
 	}
-	oopt := mfs.OutputOptions{FsyncDurable: o.FsyncDurable, NoPassthrough: !o.Passthrough, Log: n.log}
+	attrs, err := set.Access.Attrs()
+	if err != nil {
+		return wopt, mfs.OutputOptions{}, err
+	}
+	oopt := mfs.OutputOptions{FsyncDurable: o.FsyncDurable, NoPassthrough: !o.Passthrough, Log: n.log, Attrs: attrs}
 	if o.Owner != "" {
 		owner, err := ParseOwner(o.Owner) // validated by the table
 		if err != nil {

@@ -28,6 +28,22 @@ type Settings struct {
 	Output  OutputSettings
 	// Identity: where a mount's role is assumed with its pod's token.
 	Identity IdentitySettings
+	// Access: who may reach a mount and the owners and modes it shows.
+	Access AccessSettings
+}
+
+// AccessSettings say who may reach a mount and which owner, group and
+// modes its files show (mount-scope). The overrides are kept as given
+// ("" for none), validated by the table, and parsed by Attrs.
+type AccessSettings struct {
+	// AllowOther lets users other than the daemon's reach the mount
+	// (FUSE allow_other), which mlfsd can only give as root.
+	AllowOther bool
+	// UID and GID own every file and directory ("" for the defaults).
+	UID, GID string
+	// Umask clears permission bits ("" for none), FileMode and DirMode
+	// set them ("" for the defaults); all octal.
+	Umask, FileMode, DirMode string
 }
 
 // SharedCacheSettings configure the shared block-cache tier that input
@@ -52,6 +68,9 @@ type InputSettings struct {
 	// NoOpen lets a mount stop asking for OPEN once a small-file epoch is
 	// read again (fs.InputOptions.KeepOpens is its negation).
 	NoOpen bool
+	// AllowEmpty mounts a directory channel with nothing in it (a missing
+	// prefix) instead of failing.
+	AllowEmpty bool
 }
 
 // CacheSettings configure the one block cache of a node (node-wide).
@@ -98,6 +117,8 @@ const (
 	GroupHDFS
 	GroupOutput
 	GroupS3
+	// GroupMount: who may reach a mount, what it shows, what it needs.
+	GroupMount
 )
 
 // Option is one row of the options table: a flag of the CLI and a key of a
@@ -243,6 +264,94 @@ func listOpt(name string, g Group, sc Scope, help string, p func(*Settings) *[]s
 	}
 }
 
+// idOpt is a uid or gid: a number, or "" for none.
+func idOpt(name, help string, p func(*Settings) *string) Option {
+	return Option{Name: name, Group: GroupMount, Scope: ScopeMount, Kind: "string", Help: help,
+		set: func(s *Settings, v string) error {
+			v = strings.TrimSpace(v)
+			if v != "" {
+				if _, err := strconv.ParseUint(v, 10, 32); err != nil {
+					return fmt.Errorf("want a number (a name would resolve differently inside and outside a container)")
+				}
+			}
+			*p(s) = v
+			return nil
+		},
+		get: func(s *Settings) string { return *p(s) },
+	}
+}
+
+// modeOpt is octal permission bits, or "" for none.
+func modeOpt(name, help string, p func(*Settings) *string) Option {
+	return Option{Name: name, Group: GroupMount, Scope: ScopeMount, Kind: "string", Help: help,
+		set: func(s *Settings, v string) error {
+			v = strings.TrimSpace(v)
+			if v != "" {
+				if _, err := parseMode(v); err != nil {
+					return err
+				}
+			}
+			*p(s) = v
+			return nil
+		},
+		get: func(s *Settings) string { return *p(s) },
+	}
+}
+
+// parseMode parses octal permission bits (0440, 440, 0o440).
+func parseMode(v string) (uint32, error) {
+	n, err := strconv.ParseUint(strings.TrimPrefix(v, "0o"), 8, 32)
+	if err != nil || n > 0o7777 {
+		return 0, fmt.Errorf("want octal permission bits, e.g. 0440")
+	}
+	return uint32(n), nil
+}
+
+// Attrs returns the owner and mode overrides of a, validated by the table.
+func (a AccessSettings) Attrs() (mfs.Attrs, error) {
+	var out mfs.Attrs
+	id := func(v string) (*uint32, error) {
+		if v == "" {
+			return nil, nil
+		}
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%q: want a number", v)
+		}
+		u := uint32(n)
+		return &u, nil
+	}
+	mode := func(v string) (*uint32, error) {
+		if v == "" {
+			return nil, nil
+		}
+		m, err := parseMode(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", v, err)
+		}
+		return &m, nil
+	}
+	var err error
+	if out.UID, err = id(a.UID); err != nil {
+		return out, fmt.Errorf("uid %w", err)
+	}
+	if out.GID, err = id(a.GID); err != nil {
+		return out, fmt.Errorf("gid %w", err)
+	}
+	if out.FileMode, err = mode(a.FileMode); err != nil {
+		return out, fmt.Errorf("file-mode %w", err)
+	}
+	if out.DirMode, err = mode(a.DirMode); err != nil {
+		return out, fmt.Errorf("dir-mode %w", err)
+	}
+	if m, err := mode(a.Umask); err != nil {
+		return out, fmt.Errorf("umask %w", err)
+	} else if m != nil {
+		out.Umask = *m
+	}
+	return out, nil
+}
+
 // defaultCacheDir is where the disk cache lives unless told otherwise.
 func defaultCacheDir() string {
 	if d, err := os.UserCacheDir(); err == nil {
@@ -285,6 +394,24 @@ func Table() []Option {
 		boolOpt("input-no-open", GroupCache, ScopeMount, true,
 			"let an input mount stop asking for OPEN and RELEASE once 16 distinct small files it holds whole were opened again (a second epoch costs the daemon nothing); its later opens then get no passthrough. false keeps every open, and passthrough for files complete in the cache",
 			func(s *Settings) *bool { return &s.Input.NoOpen }),
+
+		// Access to a mount, and what it must hold (see README, "Mount options").
+		boolOpt("allow-other", GroupMount, ScopeMount, true,
+			"let users other than mlfsd's own reach the mount (FUSE allow_other): jobs run as other users than the daemon. Given only when mlfsd runs as root; false leaves the mount to root alone",
+			func(s *Settings) *bool { return &s.Access.AllowOther }),
+		idOpt("uid", "owner (a number) of every file and directory of the mount; the kernel enforces it (default: on inputs the NAS's, else root; on outputs, for what the store already holds, --output-owner, else mlfsd's user)",
+			func(s *Settings) *string { return &s.Access.UID }),
+		idOpt("gid", "group (a number) of every file and directory of the mount; the kernel enforces it (default: as for uid)",
+			func(s *Settings) *string { return &s.Access.GID }),
+		modeOpt("umask", "octal bits cleared from the modes the mount shows, e.g. 022, 027 (default: none; file-mode and dir-mode are not masked)",
+			func(s *Settings) *string { return &s.Access.Umask }),
+		modeOpt("file-mode", "octal permission bits of every file, e.g. 0440 (default: on inputs the NAS's, else 0444 plus the store's execute bits; on outputs the store's (NAS, HDFS), else 0644)",
+			func(s *Settings) *string { return &s.Access.FileMode }),
+		modeOpt("dir-mode", "octal permission bits of every directory, e.g. 0550 (default: on inputs the NAS's, else 0555; on outputs the store's (NAS, HDFS), else 0755)",
+			func(s *Settings) *string { return &s.Access.DirMode }),
+		boolOpt("allow-empty", GroupMount, ScopeMount, false,
+			"mount an input directory with nothing in it (an OSS or S3 prefix that does not exist, or an empty directory) instead of failing naming its URI",
+			func(s *Settings) *bool { return &s.Input.AllowEmpty }),
 
 		// The shared cache tier (cluster-wide; see docs/SHARED-CACHE.md).
 		{Name: "shared-cache", Group: GroupCache, Scope: ScopeMount, Kind: "string",

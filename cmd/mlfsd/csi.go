@@ -111,7 +111,7 @@ See deploy/kubernetes/ for the manifests.`,
 		"the only volume attributes an inline ephemeral volume (which anyone who may create a pod writes) may set: uri, mode and mount options such as upload-concurrency; never shared-cache")
 	f.StringVar(&kubeletRoot, "kubelet-root", csidriver.DefaultKubeletRoot, "the kubelet's root directory: publish and unpublish targets must lie under it")
 	f.StringVar(&keyFile, "controller-key-file", "", "file holding the controller's key (a Secret's key, at least 16 bytes) that signs provisioned volume IDs; needed for onDelete: delete")
-	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
+	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput, node.GroupMount)
 	c.MarkFlagRequired("node-id")
 	return c
 }

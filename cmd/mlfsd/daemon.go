@@ -95,8 +95,9 @@ Logs are JSON unless --log-format says otherwise.`,
 	f.MarkHidden("handover-protocol")
 	addNASRootFlag(f, &nasRoots)
 	addReadyFileFlag(f, a)
-	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput)
+	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupHDFS, node.GroupOutput, node.GroupMount)
 	node.AddFlags(f, &a.settings, node.GroupS3)
+	addConfigFlag(c)
 	return c
 }
 

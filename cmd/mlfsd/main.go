@@ -130,6 +130,17 @@ func newRootCmd(a *app) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// mlfsd mount's -o, then a configuration file: flags they set
+			// (--log-level too) must be in place before anything uses
+			// them, and each sets only what the command line did not.
+			if err := applyMountOptionFlag(cmd); err != nil {
+				return err
+			}
+			if f := cmd.Flags().Lookup(node.ConfigFlag); f != nil && f.Value.String() != "" {
+				if err := node.ApplyConfigFile(f.Value.String(), cmd.Flags()); err != nil {
+					return err
+				}
+			}
 			l, err := newLogger(a.stderr, a.logLevel, a.logFormat)
 			if err != nil {
 				return err
@@ -161,6 +172,13 @@ func newRootCmd(a *app) *cobra.Command {
 	)
 	addVersionFlag(root) // versionflag.go
 	return root
+}
+
+// addConfigFlag adds --config to a command that mounts: its flags may then
+// come from a YAML file (node.ApplyConfigFile), which the root command
+// reads before the command runs.
+func addConfigFlag(c *cobra.Command) {
+	c.Flags().String(node.ConfigFlag, "", "YAML file of this command's flags, without the dashes (e.g. cache-memory: 4GiB); flags given here override it; unknown keys are errors")
 }
 
 // startProfile starts the CPU profile asked for with --cpuprofile.

@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/mlfsd/mlfsd/internal/ready"
+	"github.com/mlfsd/mlfsd/mounthelper"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
 )
@@ -20,7 +22,7 @@ func newMountCmd(a *app) *cobra.Command {
 	var readOnly, debug bool
 	var socket, metricsListen string
 	c := &cobra.Command{
-		Use:   "mount [--read-only] SOURCE_URI MOUNTPOINT",
+		Use:   "mount [--read-only] [-o OPTIONS] SOURCE_URI MOUNTPOINT",
 		Short: "Mount a channel URI at a mountpoint, in the foreground",
 		Long: `Mount SOURCE_URI (oss://, s3://, hdfs://, nas:// or file://) at MOUNTPOINT and serve it
 until SIGINT or SIGTERM, then unmount cleanly.
@@ -33,7 +35,12 @@ A URI ending in '/' names a directory; otherwise a single object, shown as
 MOUNTPOINT/<basename>.
 
 A stale mount that a dead mlfsd left at MOUNTPOINT is detached and mounted
-again; a stale mount of another filesystem is refused.`,
+again; a stale mount of another filesystem is refused.
+
+-o takes options as an fstab line writes them (ro,allow_other,uid=1000,
+file_mode=0440,cache_dir=...): ro is --read-only, daemon= is --daemon, any other
+is the flag of its name with '_' for '-'. A flag given as a flag overrides
+them; they override --config.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if socket != "" {
@@ -74,8 +81,58 @@ again; a stale mount of another filesystem is refused.`,
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9469")
 	addReadyFileFlag(c.Flags(), a)
 	c.Flags().StringVar(&socket, "daemon", "", "ask the mlfsd daemon on this API socket to mount (returns once mounted); mount-scope flags given here apply to this mount")
-	node.AddFlags(c.Flags(), &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
+	node.AddFlags(c.Flags(), &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput, node.GroupMount)
+	c.Flags().StringArrayP(mountOptionsFlag, "o", nil, "mount options as an fstab line writes them, comma-separated (ro,allow_other,uid=1000,file_mode=0440,...); flags override them")
+	addConfigFlag(c)
 	return c
+}
+
+// mountOptionsFlag is -o of `mlfsd mount`.
+const mountOptionsFlag = "options"
+
+// applyMountOptionFlag sets the flags the -o options of cmd name, parsed
+// as the mount helper parses them (mounthelper.ParseOptions), except
+// those given as flags themselves. It runs before --config is read, which
+// then sets only what neither gave.
+func applyMountOptionFlag(cmd *cobra.Command) error {
+	fs := cmd.Flags()
+	if fs.Lookup(mountOptionsFlag) == nil {
+		return nil
+	}
+	list, err := fs.GetStringArray(mountOptionsFlag)
+	if err != nil || len(list) == 0 {
+		return err
+	}
+	h, err := mounthelper.ParseOptions(list)
+	if err != nil {
+		return err
+	}
+	if h.LogFile != "" {
+		return errors.New("-o log_file: the mount helper's option; mlfsd mount logs to stderr")
+	}
+	set := func(name, v string) error {
+		if fs.Changed(name) {
+			return nil // the flag overrides the option
+		}
+		return fs.Set(name, v)
+	}
+	if h.ReadOnly {
+		if err := set("read-only", "true"); err != nil {
+			return err
+		}
+	}
+	if h.Daemon != "" {
+		if err := set("daemon", h.Daemon); err != nil {
+			return err
+		}
+	}
+	for _, f := range h.Flags { // --name=value, validated by ParseOptions
+		name, v, _ := strings.Cut(strings.TrimPrefix(f, "--"), "=")
+		if err := set(name, v); err != nil {
+			return fmt.Errorf("-o %s: %w", strings.ReplaceAll(name, "-", "_"), err)
+		}
+	}
+	return nil
 }
 
 // mountThroughDaemon asks the daemon at socket for req, with the

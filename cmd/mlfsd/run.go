@@ -143,7 +143,8 @@ passed on to the command.`,
 	addJobFlags(c.Flags(), &o)
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address while the job runs")
 	c.Flags().StringVar(&socket, "daemon", "", "have the mlfsd daemon on this API socket mount the job's channels (on the node's shared cache)")
-	node.AddFlags(c.Flags(), &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
+	node.AddFlags(c.Flags(), &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput, node.GroupMount)
+	addConfigFlag(c)
 	c.Flags().StringVar(&runAsUser, "run-as", "", "run the command as this user (name or uid; with its groups and HOME), so it cannot read mlfsd's memory or environment; mlfsd must run as root")
 	return c
 }

@@ -196,6 +196,7 @@ func TestRunFailsCleanly(t *testing.T) {
 	cleanupMounts(t, tmp)
 	data := filepath.Join(tmp, "data")
 	os.MkdirAll(data, 0o755)
+	os.WriteFile(filepath.Join(data, "x.txt"), []byte("x"), 0o644) // "good" holds something
 	cases := []struct {
 		spec string
 		want []string
@@ -473,6 +474,7 @@ func TestRunStaleMount(t *testing.T) {
 	cleanupMounts(t, tmp)
 	data := filepath.Join(tmp, "data")
 	os.MkdirAll(data, 0o755)
+	os.WriteFile(filepath.Join(data, "x.txt"), []byte("x"), 0o644) // an empty input fails
 	root := filepath.Join(tmp, "ml")
 	mnt := filepath.Join(root, "input", "data", "d")
 	os.MkdirAll(mnt, 0o755)

@@ -57,6 +57,13 @@ type MountOptions struct {
 	// default_permissions); without it, anyone allowed on the mount can do
 	// anything the daemon can.
 	DefaultPermissions bool
+
+	// NoAllowOther leaves the mount to the user that mounted it (root):
+	// without it, a daemon running as root mounts with allow_other, since
+	// jobs run as other users. A daemon not running as root mounts
+	// through fusermount, which gives allow_other only where
+	// /etc/fuse.conf says user_allow_other, so it never asks for it.
+	NoAllowOther bool
 }
 
 // Tuning measured to matter for training I/O (see DESIGN.md): 1 MiB requests
@@ -180,7 +187,7 @@ func fuseOptions(opt MountOptions) fuse.MountOptions {
 		MaxWrite:      maxWrite,
 		MaxReadAhead:  maxWrite,
 		MaxBackground: maxBackground,
-		AllowOther:    os.Geteuid() == 0, // containers run jobs as other users
+		AllowOther:    os.Geteuid() == 0 && !opt.NoAllowOther, // containers run jobs as other users
 		Debug:         opt.Debug,
 		// Extended attributes are not part of any backend's model.
 		DisableXAttrs: true,

@@ -399,6 +399,9 @@ func TestErrorsMatchNodeSentinels(t *testing.T) {
 		t.Errorf("mount outside the nas roots matches another sentinel: %v", err)
 	}
 	mnt := t.TempDir()
+	if err := os.WriteFile(filepath.Join(h.NAS, "a"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err) // an empty input fails
+	}
 	if _, err := c.Mount(t.Context(), node.MountRequest{URI: "nas://" + h.NAS + "/", Target: mnt, ReadOnly: true}); err != nil {
 		t.Fatal(err)
 	}
