@@ -3,16 +3,24 @@
 // in the state directory:
 //
 //	new → old  hello {protocol, version}
-//	old → new  offer {mounts} + their /dev/fuse fds (SCM_RIGHTS)   | refuse {error}
+//	old → new  offer {mounts} + their /dev/fuse fds (SCM_RIGHTS)   | refuse {error, protocol, min_protocol}
 //	new → old  prepared                                            | abort {error}
 //	old → new  committed
 //	new → old  ack (it told the service manager it is the main process)
 //	old        stops its uploads, closes its cache, exits without unmounting
 //	new        waits for the old process to be gone, then serves
 //
-// A new daemon refused by a daemon of protocol 1 asks again in protocol 1
-// (inputs only, no lookup counts); an old daemon answers a hello of any
-// protocol from 1 to Protocol in that protocol.
+// A refusal names the protocols the refusing daemon speaks (protocol, and
+// min_protocol when the hello's protocol was not one of them): a new
+// daemon refused by an older one asks again in the highest protocol both
+// speak. A daemon of protocol 1 refused without naming them, in words
+// ("... speaks handover protocol 2, this one ... 1"), which are still
+// recognised. An old daemon answers a hello of any protocol from
+// minProtocol to Protocol in that protocol.
+//
+// What crosses the socket is JSON with a name fixed for every field: the
+// payload of each protocol is checked against handover/testdata (see
+// TestPayloadGolden); renaming a field is a new protocol.
 //
 // Until the old daemon commits, a failure anywhere (the new daemon
 // refusing, failing to set a mount up, dying before its ack) leaves it
@@ -54,11 +62,17 @@ const minProtocol = 1
 func SocketPath(stateDir string) string { return filepath.Join(stateDir, "takeover.sock") }
 
 type message struct {
-	Type     string               `json:"type"` // hello, offer, refuse, prepared, abort, committed
-	Protocol int                  `json:"protocol,omitempty"`
-	Version  string               `json:"version,omitempty"`
-	Error    string               `json:"error,omitempty"`
-	Mounts   []node.HandoverMount `json:"mounts,omitempty"`
+	Type string `json:"type"` // hello, offer, refuse, prepared, abort, committed, ack
+	// Protocol: of a hello, the one asked for; of an offer, the one it is
+	// in; of a refusal, the highest the refusing daemon speaks (0 from a
+	// daemon that predates this field).
+	Protocol int `json:"protocol,omitempty"`
+	// MinProtocol, in a refusal of the hello's protocol, is the lowest
+	// the refusing daemon speaks.
+	MinProtocol int                  `json:"min_protocol,omitempty"`
+	Version     string               `json:"version,omitempty"`
+	Error       string               `json:"error,omitempty"`
+	Mounts      []node.HandoverMount `json:"mounts,omitempty"`
 }
 
 // maxMessage bounds a message (a snapshot of a very large tree).
@@ -158,11 +172,13 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 		return false, fmt.Errorf("reading the new daemon's hello: %w", err)
 	}
 	refuse := func(err error) (bool, error) {
-		send(c, message{Type: "refuse", Error: err.Error()}, nil)
+		send(c, message{Type: "refuse", Protocol: Protocol, Error: err.Error()}, nil)
 		return false, err
 	}
 	if hello.Type != "hello" || hello.Protocol < minProtocol || hello.Protocol > Protocol {
-		return refuse(fmt.Errorf("the new daemon (version %q) speaks handover protocol %d, this one (version %q) %d", hello.Version, hello.Protocol, version, Protocol))
+		err := fmt.Errorf("the new daemon (version %q) speaks handover protocol %d, this one (version %q) %d to %d", hello.Version, hello.Protocol, version, minProtocol, Protocol)
+		send(c, message{Type: "refuse", Protocol: Protocol, MinProtocol: minProtocol, Error: err.Error()}, nil)
+		return false, err
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	hv, err := n.FreezeForHandover(fctx)
@@ -249,19 +265,45 @@ func Take(ctx context.Context, socket string, n *node.Node, version string, prot
 	err := take(ctx, socket, n, version, Protocol, log, committed)
 	var old *olderProtocol
 	if errors.As(err, &old) {
-		// A daemon of before protocol 2 refuses any other: ask again in
-		// its own (its mounts are inputs; their nodes are pinned).
-		log.Info("handover: the running daemon speaks an older handover protocol; taking over in protocol 1", "refusal", old.refusal)
-		return take(ctx, socket, n, version, 1, log, committed)
+		// An older daemon refuses a newer protocol: ask again in the
+		// highest it speaks (protocol 1: its mounts are inputs, their
+		// nodes pinned).
+		log.Info("handover: the running daemon speaks an older handover protocol; taking over in its own", "protocol", old.protocol, "refusal", old.refusal)
+		return take(ctx, socket, n, version, old.protocol, log, committed)
 	}
 	return err
 }
 
-// olderProtocol is the refusal of a daemon that speaks only protocol 1,
-// which says so in these words.
-type olderProtocol struct{ refusal string }
+// olderProtocol is the refusal of a daemon that speaks only older
+// protocols, the highest of which is protocol.
+type olderProtocol struct {
+	protocol int
+	refusal  string
+}
 
 func (e *olderProtocol) Error() string { return e.refusal }
+
+// protocolRefusal tells whether a refusal of a hello in protocol asked is
+// one of the protocol, and if so, which protocol to ask for instead (0:
+// none both speak). A refusal that names the refusing daemon's protocols
+// says it by value; one from a daemon of protocol 1, which predates them,
+// in words.
+func protocolRefusal(asked int, r message) (isProtocol bool, askNext int) {
+	switch {
+	case r.MinProtocol != 0:
+		next := min(Protocol, r.Protocol)
+		if next < max(minProtocol, r.MinProtocol) || next >= asked {
+			return true, 0
+		}
+		return true, next
+	case r.Protocol == 0 && strings.Contains(r.Error, "speaks handover protocol") && strings.HasSuffix(r.Error, " 1"):
+		if asked > 1 {
+			return true, 1
+		}
+		return true, 0
+	}
+	return false, 0
+}
 
 func take(ctx context.Context, socket string, n *node.Node, version string, protocol int, log *slog.Logger, committed func()) error {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
@@ -287,8 +329,8 @@ func take(ctx context.Context, socket string, n *node.Node, version string, prot
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		if protocol > 1 && offer.Protocol == 0 && strings.Contains(offer.Error, "speaks handover protocol") && strings.HasSuffix(offer.Error, " 1") {
-			return &olderProtocol{refusal: offer.Error}
+		if isProto, next := protocolRefusal(protocol, offer); isProto && next != 0 {
+			return &olderProtocol{protocol: next, refusal: offer.Error}
 		}
 		return fmt.Errorf("the running daemon (pid %d) refused the handover: %s", pid, offer.Error)
 	}
