@@ -147,6 +147,13 @@ func relayedMount(t *testing.T, mnt string, tree Tree, opt MountOptions) (srv *S
 	}
 	srv = &Server{server: server, mountpoint: mnt, log: logOrDiscard(nil), fd: fd, rfs: rfs,
 		root: tree.Root().EmbeddedInode(), tree: tree, fuseOpts: mo}
+	t.Cleanup(func() {
+		// After the test's own cleanup (the mount is gone): the old
+		// server's held requests go on and its readers, blocked on the
+		// socket, read its end, and leave.
+		srv.Thaw()
+		unix.Shutdown(sp[1], unix.SHUT_RDWR)
+	})
 	var once sync.Once
 	return srv, func() {
 		once.Do(func() {
