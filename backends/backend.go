@@ -50,29 +50,32 @@ type Backend interface {
 	Close() error
 }
 
-// ObjectInfo describes one object or directory.
+// ObjectInfo describes one object or directory. It crosses the handover
+// socket (in the trees' listings and the staged files): its JSON names are
+// the protocol's, fixed by handover/testdata; a rename is a new protocol.
 type ObjectInfo struct {
 	// Key is relative to the backend root; directories carry no trailing '/'.
-	Key     string
-	Size    int64
-	ModTime time.Time
+	Key     string    `json:"Key"`
+	Size    int64     `json:"Size"`
+	ModTime time.Time `json:"ModTime"`
 	// Version changes whenever the object's content may have changed
 	// (OSS ETag; HDFS file id+mtime+size; NAS inode+mtime+size). Caches key
 	// data by (Backend.ID, Key, Version).
-	Version string
-	IsDir   bool
+	Version string `json:"Version"`
+	IsDir   bool   `json:"IsDir"`
 	// Mode holds permission bits where the store has them (0 otherwise).
-	Mode uint32
+	Mode uint32 `json:"Mode"`
 	// Owned reports that UID and GID are the object's POSIX owner and
 	// group and Mode its exact permission bits, as a POSIX store (NAS)
 	// keeps them. An input mount then shows them and has the kernel
 	// enforce them. Stores without owners leave it false.
-	Owned    bool
-	UID, GID uint32
+	Owned bool   `json:"Owned"`
+	UID   uint32 `json:"UID"`
+	GID   uint32 `json:"GID"`
 	// Link is the target of a symbolic link, set only in listings that
 	// ask for links (ListOptions.Links) from a Linker store. The entry then
 	// describes the link itself: IsDir is false, Size is len(Link).
-	Link string
+	Link string `json:"Link"`
 }
 
 // ListOptions selects a page of a listing.

@@ -1,10 +1,6 @@
 package fs
 
-import (
-	gofs "github.com/hanwen/go-fuse/v2/fs"
-
-	"github.com/mlfsd/mlfsd/fs/fuseconn"
-)
+import "github.com/mlfsd/mlfsd/fs/fuseconn"
 
 // The connection layer (package fuseconn) under the names callers of fs
 // have always used: the trees here serve through it.
@@ -27,12 +23,6 @@ type (
 
 // CheckMountpoint is fuseconn.CheckMountpoint.
 func CheckMountpoint(path string) error { return fuseconn.CheckMountpoint(path) }
-
-// Mount mounts root at mountpoint (fuseconn.Mount); such a mount cannot
-// be handed over.
-func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Server, error) {
-	return fuseconn.Mount(mountpoint, root, opt)
-}
 
 // Adoption is a mount being taken over (fuseconn.Adoption); an output
 // tree's is served by ServeOutput, once its Store is open.

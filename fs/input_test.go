@@ -17,12 +17,12 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/nas"
 	mfs "github.com/mlfsd/mlfsd/fs"
 	"github.com/mlfsd/mlfsd/fs/fstest"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // newNAS opens a NAS backend on dir.
@@ -343,12 +343,7 @@ func TestInputListsSubdirectoriesAhead(t *testing.T) {
 	}
 	// The root's listing, then one per subdirectory, without our asking.
 	const lists = 1 + dirs
-	for deadline := time.Now().Add(time.Minute); cb.listings.Load() < lists; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d listings after listing the root; want %d (the subdirectories listed ahead)", cb.listings.Load(), lists)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, func() bool { return cb.listings.Load() >= lists }, "%d listings after listing the root (the subdirectories listed ahead)", lists)
 	for round := range 2 {
 		// os.ReadDir reads in getdents calls of 8 KiB: many for this one.
 		ents, err := os.ReadDir(filepath.Join(mnt, "d00"))

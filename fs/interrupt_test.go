@@ -21,6 +21,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	mfs "github.com/mlfsd/mlfsd/fs"
 	"github.com/mlfsd/mlfsd/fs/mountinfo"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // statHelperEnv makes the test binary a helper process: it prints the
@@ -99,7 +100,7 @@ func waitEntered(t *testing.T, h *heldList) {
 	t.Helper()
 	select {
 	case <-h.entered:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Guard):
 		t.Fatal("the lookup never listed the root")
 	}
 }
@@ -112,7 +113,7 @@ func waitCanceled(t *testing.T, h *heldList, never string) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("the listing ended with %v, want its context canceled", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Guard):
 		t.Fatal(never)
 	}
 }
@@ -159,7 +160,7 @@ func TestSignalledCallerIsNotInterrupted(t *testing.T) {
 	}
 	select { // delivered once the thread left the kernel
 	case <-sigs:
-	case <-time.After(5 * time.Second):
+	case <-time.After(testwait.Guard):
 		t.Error("no SIGUSR1 was delivered: the test did not signal the blocked thread")
 	}
 }

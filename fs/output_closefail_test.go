@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 
+	"github.com/mlfsd/mlfsd/internal/testwait"
 	"github.com/mlfsd/mlfsd/writeback"
 )
 
@@ -68,19 +68,13 @@ func TestOutputCloseFailedOnFullStaging(t *testing.T) {
 			t.Logf("%s: %d bytes written, close: %v", failed, written, closeErr)
 			// The unclosed bytes are dropped at the file's last release,
 			// which the kernel sends after close(2) returns: poll for it.
-			var size int64
-			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			testwait.Eventually(t, func() bool {
 				st, err := os.Stat(filepath.Join(m.mnt, failed))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if size = st.Size(); size == want || time.Now().After(deadline) {
-					break
-				}
-			}
-			if size != want {
-				t.Errorf("%s reads %d bytes on the mount, want %d", failed, size, want)
-			}
+				return st.Size() == want
+			}, "%s to read %d bytes on the mount", failed, want)
 			m.close(t) // drains, unmounts, closes the Store
 			got, err := os.ReadFile(filepath.Join(back, failed))
 			if closeErr == nil && (err != nil || int64(len(got)) != want) {

@@ -10,13 +10,13 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/cache"
 	mfs "github.com/mlfsd/mlfsd/fs"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // TestWarmReopenInSameMount: a large file read cold through a mount (the
@@ -119,11 +119,7 @@ func TestWarmReopenAfterPartialEviction(t *testing.T) {
 	// next open is not sampled), and the file is read again.
 	settle := func() {
 		t.Helper()
-		for deadline := time.Now().Add(time.Minute); ops.get("release") != ops.get("open"); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d OPENs, %d RELEASEs a minute after the last close", ops.get("open"), ops.get("release"))
-			}
-		}
+		testwait.Eventually(t, func() bool { return ops.get("release") == ops.get("open") }, "as many RELEASEs as OPENs after the last close")
 	}
 	settle()
 	f, err := os.Open(path)
@@ -157,7 +153,7 @@ func TestWarmReopenAfterPartialEviction(t *testing.T) {
 func reopenByPassthrough(t *testing.T, mnt, name string, v *cache.View, ops *opCounter) {
 	t.Helper()
 	path := filepath.Join(mnt, name)
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+	testwait.Eventually(t, func() bool {
 		f, err := os.Open(path)
 		if err != nil {
 			t.Fatal(err)
@@ -175,13 +171,8 @@ func reopenByPassthrough(t *testing.T, mnt, name string, v *cache.View, ops *opC
 		if n := ops.get("open"); n != opens+1 {
 			t.Fatalf("an open of %s sent %d OPEN requests, want 1", name, n-opens)
 		}
-		if v.Stats().PassthroughBytes > before {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no open of %s used passthrough within a minute after its pages were dropped: %+v", name, v.Stats())
-		}
-	}
+		return v.Stats().PassthroughBytes > before
+	}, "an open of %s to use passthrough after its pages were dropped", name)
 }
 
 // waitComplete waits until the cache holds key whole on disk, so an open
@@ -195,20 +186,15 @@ func waitComplete(t *testing.T, c *cache.Cache, b backends.Backend, key string) 
 		t.Fatal(err)
 	}
 	probe := c.View()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+	testwait.Eventually(t, func() bool {
 		h, err := probe.Open(context.Background(), b, info)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, ok := h.(interface{ PassthroughFd() (int, bool) }).PassthroughFd()
 		h.Close()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not complete in the cache within a minute: %+v", key, c.Stats())
-		}
-	}
+		return ok
+	}, "%s complete in the cache", key)
 }
 
 // TestSliceResultReleasedOnce: a reply hands its slices back exactly once,
@@ -224,19 +210,15 @@ func TestSliceResultReleasedOnce(t *testing.T) {
 	}
 	released := make(chan struct{})
 	mfs.NewSliceResultForTest([][]byte{[]byte("y")}, func() { close(released) })
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testwait.Eventually(t, func() bool {
 		runtime.GC()
 		select {
 		case <-released:
-			return
+			return true
 		default:
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("a reply dropped without Done never released its slices")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	}, "a reply dropped without Done to release its slices once garbage")
 }
 
 // TestSmallFileInKernelSkipsPassthrough: a small file that one daemon reply
@@ -253,13 +235,7 @@ func TestSmallFileInKernelSkipsPassthrough(t *testing.T) {
 	}
 	// Until the cache copy is complete, a reopen could not be passthrough
 	// anyway: wait for it, so the test shows the choice, not the timing.
-	deadline := time.Now().Add(time.Minute)
-	for c.Stats().DiskBytes < int64(len(data)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cache copy was not written within a minute: %+v", c.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, func() bool { return c.Stats().DiskBytes >= int64(len(data)) }, "the cache copy written")
 	served := v.Stats().BytesServed
 	for i := range 3 {
 		if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, data) {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/all"
@@ -15,6 +14,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 	"github.com/mlfsd/mlfsd/cache"
 	mfs "github.com/mlfsd/mlfsd/fs"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // TestSharedCacheFetchesOnce: two input mounts of one OSS channel, each
@@ -70,13 +70,7 @@ func TestSharedCacheFetchesOnce(t *testing.T) {
 	}
 	// Wait for the copy to reach the disk tier (the writes run behind the
 	// reader), so that the second mount cannot find a block in neither tier.
-	deadline := time.Now().Add(time.Minute)
-	for c.Stats().DiskBytes < int64(len(data)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("disk tier holds %d bytes a minute after the read, want %d", c.Stats().DiskBytes, len(data))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, func() bool { return c.Stats().DiskBytes >= int64(len(data)) }, "the disk tier to hold the %d bytes read", len(data))
 	first := emu.Stats()
 	if first["bytes.out"] < int64(len(data)) || first["bytes.out"] > int64(len(data))*105/100 {
 		t.Fatalf("the store sent %d bytes for a %d-byte object read once", first["bytes.out"], len(data))

@@ -3,16 +3,24 @@
 // in the state directory:
 //
 //	new → old  hello {protocol, version}
-//	old → new  offer {mounts} + their /dev/fuse fds (SCM_RIGHTS)   | refuse {error}
+//	old → new  offer {mounts} + their /dev/fuse fds (SCM_RIGHTS)   | refuse {error, protocol, min_protocol}
 //	new → old  prepared                                            | abort {error}
 //	old → new  committed
 //	new → old  ack (it told the service manager it is the main process)
 //	old        stops its uploads, closes its cache, exits without unmounting
 //	new        waits for the old process to be gone, then serves
 //
-// A new daemon refused by a daemon of protocol 1 asks again in protocol 1
-// (inputs only, no lookup counts); an old daemon answers a hello of any
-// protocol from 1 to Protocol in that protocol.
+// A refusal names the protocols the refusing daemon speaks (protocol, and
+// min_protocol when the hello's protocol was not one of them): a new
+// daemon refused by an older one asks again in the highest protocol both
+// speak. A daemon of protocol 1 refused without naming them, in words
+// ("... speaks handover protocol 2, this one ... 1"), which are still
+// recognised. An old daemon answers a hello of any protocol from
+// minProtocol to Protocol in that protocol.
+//
+// What crosses the socket is JSON with a name fixed for every field: the
+// payload of each protocol is checked against handover/testdata (see
+// TestPayloadGolden); renaming a field is a new protocol.
 //
 // Until the old daemon commits, a failure anywhere (the new daemon
 // refusing, failing to set a mount up, dying before its ack) leaves it
@@ -54,11 +62,17 @@ const minProtocol = 1
 func SocketPath(stateDir string) string { return filepath.Join(stateDir, "takeover.sock") }
 
 type message struct {
-	Type     string               `json:"type"` // hello, offer, refuse, prepared, abort, committed
-	Protocol int                  `json:"protocol,omitempty"`
-	Version  string               `json:"version,omitempty"`
-	Error    string               `json:"error,omitempty"`
-	Mounts   []node.HandoverMount `json:"mounts,omitempty"`
+	Type string `json:"type"` // hello, offer, refuse, prepared, abort, committed, ack
+	// Protocol: of a hello, the one asked for; of an offer, the one it is
+	// in; of a refusal, the highest the refusing daemon speaks (0 from a
+	// daemon that predates this field).
+	Protocol int `json:"protocol,omitempty"`
+	// MinProtocol, in a refusal of the hello's protocol, is the lowest
+	// the refusing daemon speaks.
+	MinProtocol int                  `json:"min_protocol,omitempty"`
+	Version     string               `json:"version,omitempty"`
+	Error       string               `json:"error,omitempty"`
+	Mounts      []node.HandoverMount `json:"mounts,omitempty"`
 }
 
 // maxMessage bounds a message (a snapshot of a very large tree).
@@ -149,6 +163,10 @@ func recv(c *net.UnixConn) (message, []int, error) {
 // (the caller) committed: it must then exit at once, without unmounting.
 // Otherwise its mounts were thawed and the error says why.
 func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, log *slog.Logger) (committed bool, err error) {
+	return offer(ctx, c, n, version, log, hooks{})
+}
+
+func offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, log *slog.Logger, hk hooks) (committed bool, err error) {
 	c.SetDeadline(time.Now().Add(2 * time.Minute))
 	hello, fds, err := recv(c)
 	for _, fd := range fds {
@@ -158,11 +176,13 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 		return false, fmt.Errorf("reading the new daemon's hello: %w", err)
 	}
 	refuse := func(err error) (bool, error) {
-		send(c, message{Type: "refuse", Error: err.Error()}, nil)
+		send(c, message{Type: "refuse", Protocol: Protocol, Error: err.Error()}, nil)
 		return false, err
 	}
 	if hello.Type != "hello" || hello.Protocol < minProtocol || hello.Protocol > Protocol {
-		return refuse(fmt.Errorf("the new daemon (version %q) speaks handover protocol %d, this one (version %q) %d", hello.Version, hello.Protocol, version, Protocol))
+		err := fmt.Errorf("the new daemon (version %q) speaks handover protocol %d, this one (version %q) %d to %d", hello.Version, hello.Protocol, version, minProtocol, Protocol)
+		send(c, message{Type: "refuse", Protocol: Protocol, MinProtocol: minProtocol, Error: err.Error()}, nil)
+		return false, err
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	hv, err := n.FreezeForHandover(fctx)
@@ -187,6 +207,9 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 		hv.Abort()
 		return false, fmt.Errorf("sending the offer: %w", err)
 	}
+	if hk.crashed(crashOffered) {
+		return false, &crash{point: crashOffered, hv: hv}
+	}
 	reply, rfds, err := recv(c)
 	for _, fd := range rfds {
 		unix.Close(fd)
@@ -198,6 +221,9 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 	case reply.Type != "prepared":
 		hv.Abort()
 		return false, fmt.Errorf("the new daemon could not take the mounts: %s", reply.Error)
+	}
+	if hk.crashed(crashCommitting) {
+		return false, &crash{point: crashCommitting, hv: hv}
 	}
 	// The new daemon is ready. It acknowledges "committed" once it told
 	// the service manager it is the main process now; only then does this
@@ -215,6 +241,9 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 	if err := send(c, message{Type: "committed"}, nil); err != nil && newGone(err) {
 		hv.Abort()
 		return false, fmt.Errorf("the new daemon went away as it was told to serve: %w", err)
+	}
+	if hk.crashed(crashCommitSent) {
+		return false, &crash{point: crashCommitSent, hv: hv}
 	}
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	_, afds, err := recv(c)
@@ -244,26 +273,52 @@ func Offer(ctx context.Context, c *net.UnixConn, n *node.Node, version string, l
 // tests of a refused handover).
 func Take(ctx context.Context, socket string, n *node.Node, version string, protocol int, log *slog.Logger, committed func()) error {
 	if protocol != 0 {
-		return take(ctx, socket, n, version, protocol, log, committed)
+		return take(ctx, socket, n, version, protocol, log, committed, hooks{})
 	}
-	err := take(ctx, socket, n, version, Protocol, log, committed)
+	err := take(ctx, socket, n, version, Protocol, log, committed, hooks{})
 	var old *olderProtocol
 	if errors.As(err, &old) {
-		// A daemon of before protocol 2 refuses any other: ask again in
-		// its own (its mounts are inputs; their nodes are pinned).
-		log.Info("handover: the running daemon speaks an older handover protocol; taking over in protocol 1", "refusal", old.refusal)
-		return take(ctx, socket, n, version, 1, log, committed)
+		// An older daemon refuses a newer protocol: ask again in the
+		// highest it speaks (protocol 1: its mounts are inputs, their
+		// nodes pinned).
+		log.Info("handover: the running daemon speaks an older handover protocol; taking over in its own", "protocol", old.protocol, "refusal", old.refusal)
+		return take(ctx, socket, n, version, old.protocol, log, committed, hooks{})
 	}
 	return err
 }
 
-// olderProtocol is the refusal of a daemon that speaks only protocol 1,
-// which says so in these words.
-type olderProtocol struct{ refusal string }
+// olderProtocol is the refusal of a daemon that speaks only older
+// protocols, the highest of which is protocol.
+type olderProtocol struct {
+	protocol int
+	refusal  string
+}
 
 func (e *olderProtocol) Error() string { return e.refusal }
 
-func take(ctx context.Context, socket string, n *node.Node, version string, protocol int, log *slog.Logger, committed func()) error {
+// protocolRefusal tells whether a refusal of a hello in protocol asked is
+// one of the protocol, and if so, which protocol to ask for instead (0:
+// none both speak). A refusal that names the refusing daemon's protocols
+// says it by value; one from a daemon of protocol 1, which predates them,
+// in words.
+func protocolRefusal(asked int, r message) (isProtocol bool, askNext int) {
+	switch {
+	case r.MinProtocol != 0:
+		next := min(Protocol, r.Protocol)
+		if next < max(minProtocol, r.MinProtocol) || next >= asked {
+			return true, 0
+		}
+		return true, next
+	case r.Protocol == 0 && strings.Contains(r.Error, "speaks handover protocol") && strings.HasSuffix(r.Error, " 1"):
+		if asked > 1 {
+			return true, 1
+		}
+		return true, 0
+	}
+	return false, 0
+}
+
+func take(ctx context.Context, socket string, n *node.Node, version string, protocol int, log *slog.Logger, committed func(), hk hooks) error {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("connecting to the running daemon's handover socket %s: %w", socket, err)
@@ -275,6 +330,10 @@ func take(ctx context.Context, socket string, n *node.Node, version string, prot
 		return err
 	}
 	defer unix.Close(pidfd)
+	oldGone := func(d time.Duration) bool { return exited(pidfd, d) }
+	if hk.oldGone != nil {
+		oldGone = hk.oldGone
+	}
 	c.SetDeadline(time.Now().Add(5 * time.Minute))
 	if err := send(c, message{Type: "hello", Protocol: protocol, Version: version}, nil); err != nil {
 		return fmt.Errorf("handover hello: %w", err)
@@ -287,8 +346,8 @@ func take(ctx context.Context, socket string, n *node.Node, version string, prot
 		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		if protocol > 1 && offer.Protocol == 0 && strings.Contains(offer.Error, "speaks handover protocol") && strings.HasSuffix(offer.Error, " 1") {
-			return &olderProtocol{refusal: offer.Error}
+		if isProto, next := protocolRefusal(protocol, offer); isProto && next != 0 {
+			return &olderProtocol{protocol: next, refusal: offer.Error}
 		}
 		return fmt.Errorf("the running daemon (pid %d) refused the handover: %s", pid, offer.Error)
 	}
@@ -298,6 +357,12 @@ func take(ctx context.Context, socket string, n *node.Node, version string, prot
 		}
 		send(c, message{Type: "abort", Error: "fds missing"}, nil)
 		return fmt.Errorf("the offer carries %d mounts and %d fds", len(offer.Mounts), len(fds))
+	}
+	if hk.crashed(crashOfferReceived) {
+		for _, fd := range fds {
+			unix.Close(fd) // as the process's death would
+		}
+		return &crash{point: crashOfferReceived}
 	}
 	for i := range offer.Mounts {
 		offer.Mounts[i].Fd = fds[i]
@@ -310,9 +375,15 @@ func take(ctx context.Context, socket string, n *node.Node, version string, prot
 		send(c, message{Type: "abort", Error: err.Error()}, nil)
 		return err
 	}
-	if err := send(c, message{Type: "prepared"}, nil); err != nil {
+	// Once the offer is taken, an old daemon that is gone (it died) has
+	// left the mounts to this one: their connections are held here alone.
+	if err := send(c, message{Type: "prepared"}, nil); err != nil && !oldGone(0) {
 		ad.Abort()
 		return fmt.Errorf("handover: %w", err)
+	}
+	if hk.crashed(crashPrepared) {
+		ad.Abort() // closes the fds, as the process's death would
+		return &crash{point: crashPrepared}
 	}
 	reply, rfds, rerr := recv(c)
 	for _, fd := range rfds {
@@ -322,15 +393,19 @@ func take(ctx context.Context, socket string, n *node.Node, version string, prot
 		ad.Abort()
 		return fmt.Errorf("the running daemon did not commit the handover: %s", reply.Error)
 	}
-	if rerr != nil && !exited(pidfd, 0) {
+	if rerr != nil && !oldGone(0) {
 		ad.Abort()
 		return fmt.Errorf("the running daemon (pid %d) did not commit the handover: %w", pid, rerr)
 	}
 	if rerr == nil {
+		if hk.crashed(crashCommitRead) {
+			ad.Abort()
+			return &crash{point: crashCommitRead}
+		}
 		if committed != nil {
 			committed()
 		}
-		if err := send(c, message{Type: "ack"}, nil); err != nil && !exited(pidfd, 0) {
+		if err := send(c, message{Type: "ack"}, nil); err != nil && !oldGone(0) {
 			// The old daemon reads the broken connection as this one gone,
 			// and serves on (Offer): so must this one give up.
 			ad.Abort()
@@ -339,10 +414,18 @@ func take(ctx context.Context, socket string, n *node.Node, version string, prot
 	}
 	// Committed (or the old process died holding only frozen mounts): once
 	// it no longer reads the connections, they are ours.
-	if !exited(pidfd, 30*time.Second) {
+	if hk.crashed(crashAcked) {
+		ad.Abort()
+		return &crash{point: crashAcked}
+	}
+	if !oldGone(30 * time.Second) {
 		log.Warn("the old daemon did not exit after the handover; killing it", "pid", pid)
 		unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
 		exited(pidfd, -1)
+	}
+	if hk.crashed(crashServing) {
+		ad.Abort()
+		return &crash{point: crashServing}
 	}
 	log.Info("handover: the old daemon is gone; serving its mounts", "old_pid", pid, "mounts", len(offer.Mounts))
 	if err := ad.Serve(); err != nil {
@@ -351,6 +434,63 @@ func take(ctx context.Context, socket string, n *node.Node, version string, prot
 	}
 	return nil
 }
+
+// Crash points: where a takeover stops when a daemon dies (or its
+// connection breaks), and which daemon serves the mounts then. Before the
+// old daemon sent its offer it alone holds the connections, and its death
+// is an ordinary crash; once the new daemon has acknowledged the commit,
+// it alone serves them, and its death is one. Between the two, a death of
+// either leaves the mounts to the other, never to neither:
+//
+//	offer-received  new: offer and fds read, nothing set up: the old one
+//	                reads the broken connection, thaws and serves.
+//	prepared        new: mounts set up, prepared sent: as above (the old
+//	                one had not committed).
+//	commit-read     new: committed read, ack not sent: the old one reads
+//	                the broken connection before any ack, thaws and serves.
+//	offered         old: offer sent, prepared not read: the new one finds
+//	                the old process gone and serves what it was given.
+//	committing      old: prepared read, committed not sent: as above.
+//	commit-sent     old: committed sent, ack not read: as above.
+//	acked           new: ack sent, the old one not yet gone: it exits, and
+//	                the new one serves (its death now is a crash of the
+//	                daemon serving).
+//	serving         new: the old one gone, about to serve.
+//
+// Tests (TestCrashPoints) stop a side at each through hooks.crash.
+const (
+	crashOfferReceived = "offer-received"
+	crashPrepared      = "prepared"
+	crashCommitRead    = "commit-read"
+	crashOffered       = "offered"
+	crashCommitting    = "committing"
+	crashCommitSent    = "commit-sent"
+	crashAcked         = "acked"
+	crashServing       = "serving"
+)
+
+// hooks are the test hooks of a handover; the zero value is none.
+type hooks struct {
+	// crash, called at each crash point, ends the side there when it
+	// returns true: its connection and fds are closed, as its death would,
+	// and nothing is thawed.
+	crash func(point string) bool
+	// oldGone, for the new side, stands for "the old process exited
+	// (within d)": in a test both sides are one process.
+	oldGone func(d time.Duration) bool
+}
+
+func (h hooks) crashed(point string) bool { return h.crash != nil && h.crash(point) }
+
+// crash is the error of a side stopped at a crash point; hv, on the old
+// side, is its frozen handover, which a dead process would never thaw (a
+// test does, to clean up).
+type crash struct {
+	point string
+	hv    *node.Handover
+}
+
+func (c *crash) Error() string { return "crashed at " + c.point }
 
 // peerPidfd returns a pidfd of the process at the other end of c.
 func peerPidfd(c *net.UnixConn) (int, int, error) {

@@ -47,7 +47,8 @@ func newNode(t *testing.T) *node.Node {
 }
 
 // TestOfferRefusesOtherProtocol: a new daemon speaking another handover
-// protocol is refused with both versions named, and the old node is left
+// protocol is refused with both versions named, in words and by value
+// (the protocols this one speaks), and the old node is left
 // as it was (a mount request is served, not refused as mid-handover).
 func TestOfferRefusesOtherProtocol(t *testing.T) {
 	n := newNode(t)
@@ -70,6 +71,9 @@ func TestOfferRefusesOtherProtocol(t *testing.T) {
 	}
 	if m.Type != "refuse" || len(fds) != 0 || !strings.Contains(m.Error, fmt.Sprintf("protocol %d", Protocol+1)) || !strings.Contains(m.Error, `"v2"`) {
 		t.Fatalf("answer to another protocol: %+v (%d fds)", m, len(fds))
+	}
+	if m.Protocol != Protocol || m.MinProtocol != minProtocol {
+		t.Fatalf("refusal names protocols %d to %d, want %d to %d", m.MinProtocol, m.Protocol, minProtocol, Protocol)
 	}
 	r := <-done
 	if r.committed || r.err == nil {

@@ -77,21 +77,25 @@ type Options struct {
 	Version string
 }
 
-// MountRequest asks for one mount.
+// MountRequest asks for one mount. It crosses the handover socket
+// (HandoverMount.Request): its JSON names are the protocol's, fixed by
+// handover/testdata; a rename is a new protocol.
 type MountRequest struct {
 	// URI is the channel: oss://, s3://, hdfs://, nas:// or file://. An output
 	// must be a directory URI (ending in '/').
-	URI string
+	URI string `json:"URI"`
 	// Target is the mountpoint: an existing empty directory.
-	Target string
+	Target string `json:"Target"`
 	// ReadOnly mounts an input channel (cached, read-only); otherwise an
 	// output channel (write-back).
-	ReadOnly bool
+	ReadOnly bool `json:"ReadOnly"`
 	// Options override mount-scope options of the table by name
 	// ("oss-part-size": "16MiB"); each is validated.
-	Options map[string]string
+	Options map[string]string `json:"Options"`
 	// Credentials to reach the store; empty fields use the node's own.
-	Credentials Credentials
+	// In JSON they are redacted (Credentials.MarshalJSON) and not read
+	// back: the handover carries them whole beside the request.
+	Credentials Credentials `json:"Credentials"`
 }
 
 // MountInfo describes a live mount.

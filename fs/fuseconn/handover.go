@@ -30,13 +30,13 @@ package fuseconn
 // Lookup counts: the kernel counts, per node, the replies that gave it the
 // node (LOOKUP, CREATE, MKDIR, MKNOD, SYMLINK, LINK, TMPFILE, and each
 // READDIRPLUS entry but "." and ".."), and gives them back with FORGET; a
-// node must live as long as its count is above zero. handoverFS counts
+// node must live as long as its count is above zero. rawFS counts
 // those replies itself (go-fuse keeps its count private), hands the count
 // of every node over, and the new daemon takes it as a debt: its replay
 // lookup gives go-fuse a count of 1 for the whole debt, the FORGETs that
 // pay the debt off are kept from go-fuse until the last one, which passes
 // that 1 on. So go-fuse drops a node exactly when the kernel's count
-// reaches zero, and not before (see handoverFS.Forget). A node the new
+// reaches zero, and not before (see rawFS.Forget). A node the new
 // daemon never had (the old one's, no longer in its tree) has its FORGETs
 // dropped, as go-fuse would take them for a protocol error.
 //

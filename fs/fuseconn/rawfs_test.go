@@ -3,9 +3,10 @@ package fuseconn
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // gateFS answers GETATTR once released, and counts RELEASEs.
@@ -42,11 +43,11 @@ func TestHandoverGate(t *testing.T) {
 	done := make(chan struct{})
 	go func() { h.GetAttr(nil, &fuse.GetAttrIn{}, &fuse.AttrOut{}); close(done) }()
 	<-g.entered
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // done before the request is
 	if err := h.freeze(ctx); err == nil {
 		t.Fatal("freeze succeeded with a request running past its context")
 	}
-	cancel()
 	// Thawed by the failure: a second request gets in.
 	go h.GetAttr(nil, &fuse.GetAttrIn{}, &fuse.AttrOut{})
 	<-g.entered
@@ -62,10 +63,11 @@ func TestHandoverGate(t *testing.T) {
 	// Frozen: a new request waits at the gate until thaw.
 	got := make(chan struct{})
 	go func() { h.GetAttr(nil, &fuse.GetAttrIn{}, &fuse.AttrOut{}); close(got) }()
+	testwait.Eventually(t, func() bool { return h.waitingAtGate() == 1 }, "the request held at the frozen gate")
 	select {
 	case <-g.entered:
 		t.Fatal("a request passed a frozen gate")
-	case <-time.After(100 * time.Millisecond):
+	default:
 	}
 	h.thaw()
 	<-g.entered
