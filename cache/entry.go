@@ -37,6 +37,9 @@ type entry struct {
 	readers atomic.Int32
 
 	// GUARDED_BY(c.mu):
+	// dataset is the backend ID of the object ("" while unknown: loaded
+	// from disk without an index line, and not opened since).
+	dataset    string
 	pins       int
 	superseded bool          // another version of the key was opened since
 	kept       bool          // unpinned with its complete file left open (Cache.keptOpen)
@@ -254,6 +257,7 @@ func (e *entry) fetch(src source, first int64, fetches []*blockFetch) {
 		var buf blockRef
 		if err == nil {
 			buf = c.arena.get(int(e.blockLen(bi)))
+			buf.b.key, buf.b.dataset = c.blockKey(e.id, bi), src.b.ID()
 			var n int
 			n, err = io.ReadFull(r, buf.data())
 			c.stats.backendBytes.Add(int64(n))
