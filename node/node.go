@@ -143,6 +143,8 @@ type Node struct {
 
 	cacheMu sync.Mutex
 	cache   *cache.Cache // GUARDED_BY(cacheMu): made by the first input mount
+	// warms are the cache warm-ups running or recently done (warm.go).
+	warms *warmJobs
 
 	mu     sync.Mutex
 	mounts map[string]*mount // GUARDED_BY(mu): by target, including mounts under way
@@ -177,6 +179,7 @@ type mount struct {
 	srv            *mfs.Server
 	store          *writeback.Store // outputs
 	view           *cache.View      // inputs: this mount's view of the node's cache
+	source         backends.Backend // inputs: what the cache reads from (through the shared tier, if any)
 	metrics        *mountMetrics
 	releaseBackend func()
 	done           chan struct{} // closed once unmounted and released
@@ -220,7 +223,8 @@ func New(ctx context.Context, opt Options) (*Node, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opt: opt, log: opt.Log, pool: newBackendPool(opt.Log), mounts: map[string]*mount{}, waiting: map[string]stateMount{}}
+	n := &Node{opt: opt, log: opt.Log, pool: newBackendPool(opt.Log), mounts: map[string]*mount{}, waiting: map[string]stateMount{},
+		warms: newWarmJobs()}
 	n.reg = newNodeRegistry(n)
 	n.shared = newSharedTiers(n.log, n.reg)
 	if opt.OpenCache {
@@ -444,6 +448,7 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 			return err
 		}
 		m.srv = srv
+		m.source = in
 	} else {
 		wopt, oopt, err := n.outputOptions(set, m)
 		if err != nil {
@@ -827,6 +832,7 @@ func (n *Node) Close(ctx context.Context) error {
 		targets = append(targets, t)
 	}
 	n.mu.Unlock()
+	n.warms.stop() // before the mounts, cache and tiers they read through
 	var errs []error
 	var mu sync.Mutex
 	var wg sync.WaitGroup

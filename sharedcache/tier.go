@@ -37,6 +37,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -262,7 +263,10 @@ type Tier struct {
 	claimLat, srcLat atomic.Int64
 
 	mu      sync.Mutex
-	pending int           // GUARDED_BY(mu): blocks queued or being written
+	pending int // GUARDED_BY(mu): blocks queued or being written
+	// written: block bytes this Tier wrote, by source (backend ID).
+	// GUARDED_BY(mu)
+	written map[string]int64
 	idle    chan struct{} // GUARDED_BY(mu): closed when pending drops to 0
 	closed  bool          // GUARDED_BY(mu)
 	// flights: live claims known, by block name (flight.go).
@@ -710,6 +714,7 @@ func (t *Tier) writer() {
 				written = true
 				t.st.writes.Add(1)
 				t.st.writeBytes.Add(int64(len(j.data)))
+				t.countWritten(j.h.Source, int64(len(j.data)))
 			}
 			// Written: the marker stays until it expires, so that a node
 			// that missed the block just before it was written finds the
@@ -761,4 +766,24 @@ func (t *Tier) write(ctx context.Context, name string, size int64, enc, data []b
 	}
 	_, err = w.Commit(ctx)
 	return err
+}
+
+func (t *Tier) countWritten(source string, n int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.written == nil {
+		t.written = map[string]int64{}
+	}
+	t.written[source] += n
+}
+
+// WrittenBySource returns the block bytes this Tier wrote since it
+// started, by source (the backend ID of the objects): what of each
+// dataset this node added to the tier. (The tier's blocks are named by
+// hashes, so what the tier holds per dataset is not known without
+// listing every object of every dataset.)
+func (t *Tier) WrittenBySource() map[string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.written)
 }
