@@ -183,6 +183,9 @@ func TestWarmResumes(t *testing.T) {
 		t.Fatal("an interrupted warm-up returned no error")
 	}
 	c.quiesce()
+	if u := usageOf(c.Usage(), "fake://a/"); u.MemoryBytes != 0 {
+		t.Errorf("a warm-up left %d bytes in the memory tier; it fetches for the disk alone", u.MemoryBytes)
+	}
 	complete := map[string]bool{}
 	for _, info := range infos {
 		complete[info.Key] = c.completeOnDisk(b, info)

@@ -93,6 +93,11 @@ type source struct {
 	// before it marks a file in flight, so a reader never waits for a
 	// fetch still queued behind other prefetches.
 	slotHeld bool
+	// diskOnly: the fetch is for the disk tier alone (a warm-up, with
+	// background set): its blocks are not kept in the memory tier, where
+	// a warm-up of a large dataset would push out the blocks readers
+	// fetched ahead and have yet to read.
+	diskOnly bool
 }
 
 // blockFetch is one block being fetched; readers wait on done, then take
@@ -317,7 +322,15 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, sr
 		return blockRef{}, false
 	}
 	defer buf.unref()
-	c.keepInMemory(c.blockKey(e.id, bi), buf.ref())
+	keep := !src.diskOnly
+	if !keep {
+		e.mu.Lock()
+		keep = e.file == nil && !e.whole // no disk tier for it: memory it is
+		e.mu.Unlock()
+	}
+	if keep {
+		c.keepInMemory(c.blockKey(e.id, bi), buf.ref())
+	}
 	n := buf.cost() // the write queue bounds the memory its blocks hold
 	held := false
 	if src.background {

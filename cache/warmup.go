@@ -85,9 +85,10 @@ func (c *Cache) warmObject(ctx context.Context, v *View, b backends.Backend, o b
 	}
 	defer c.release(e)
 	// Blocks memory holds go to disk from there; background: blocks wait
-	// for room in the disk write queue rather than skip the disk.
+	// for room in the disk write queue rather than skip the disk, and
+	// stay out of memory (diskOnly).
 	c.writeFromMemory(e)
-	src := source{b: b, key: o.Key, version: o.Version, view: v, background: true}
+	src := source{b: b, key: o.Key, version: o.Version, view: v, background: true, diskOnly: true}
 	fs := e.ensure(src, 0, e.nblocks-1, c.opt.MaxRequestBytes/c.opt.BlockSize, false)
 	for _, f := range fs {
 		select {

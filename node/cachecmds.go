@@ -366,7 +366,7 @@ func (n *Node) Warm(ctx context.Context, req WarmRequest) (WarmStatus, error) {
 			return WarmStatus{}, err
 		}
 		mreq := MountRequest{URI: req.URI, Target: "warm " + req.URI, ReadOnly: true, Options: req.Options, Credentials: req.Credentials}
-		if u, set, err = n.checkNASRoots(mreq, u, set); err != nil {
+		if u, set, err = n.checkNASRoots("warm", mreq, u, set); err != nil {
 			return WarmStatus{}, err
 		}
 		raw, k, rel, _, err := n.backendFor(ctx, u, set, mreq, true)

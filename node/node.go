@@ -295,7 +295,7 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (_ MountInfo, err er
 	if !req.ReadOnly && !u.IsDir() {
 		return MountInfo{}, fmt.Errorf("output channel %s must be a directory URI (end it with '/')", u)
 	}
-	if u, set, err = n.checkNASRoots(req, u, set); err != nil {
+	if u, set, err = n.checkNASRoots("mount "+req.Target, req, u, set); err != nil {
 		return MountInfo{}, err
 	}
 
@@ -373,14 +373,14 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (_ MountInfo, err er
 // nas:// shared cache tier in its options (the node writes the tier).
 // It returns the channel and the settings with those paths resolved, so
 // that a link changed after the check does not move the mount.
-func (n *Node) checkNASRoots(req MountRequest, u backends.URI, set Settings) (backends.URI, Settings, error) {
+func (n *Node) checkNASRoots(what string, req MountRequest, u backends.URI, set Settings) (backends.URI, Settings, error) {
 	p := n.opt.NASRoots
 	if p == nil {
 		return u, set, nil
 	}
 	u, err := p.Check(u, !req.ReadOnly)
 	if err != nil {
-		return u, set, fmt.Errorf("mount %s: %w", req.Target, err)
+		return u, set, fmt.Errorf("%s: %w", what, err)
 	}
 	if tier, ok := req.Options["shared-cache"]; ok && tier != "" {
 		tu, err := backends.ParseURI(tier)
@@ -388,7 +388,7 @@ func (n *Node) checkNASRoots(req MountRequest, u backends.URI, set Settings) (ba
 			return u, set, err
 		}
 		if tu, err = p.Check(tu, true); err != nil {
-			return u, set, fmt.Errorf("mount %s: shared cache tier: %w", req.Target, err)
+			return u, set, fmt.Errorf("%s: shared cache tier: %w", what, err)
 		}
 		set.Shared.URI = tu.String()
 	}
