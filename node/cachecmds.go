@@ -13,6 +13,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/cache"
+	"github.com/mlfsd/mlfsd/sharedcache"
 )
 
 // The node's cache commands: `mlfsd cache du`, `clear` and `warm`, in
@@ -92,24 +93,62 @@ type ClearRequest struct {
 	// oss://bucket/prefix/ clears oss://bucket.endpoint/prefix/ and
 	// oss://bucket/prefix/train/). "" clears everything.
 	URI string `json:"uri,omitempty"`
+	// Shared also deletes URI's blocks from the shared cache tier (for
+	// every node of the cluster): URI is listed, through the store
+	// reached as a mount request with Options and Credentials would
+	// (empty: the node's own), and each object's blocks deleted from the
+	// tier those options (or the node's settings) name.
+	Shared      bool              `json:"shared,omitempty"`
+	Options     map[string]string `json:"options,omitempty"`
+	Credentials Credentials       `json:"-"`
+}
+
+// ClearResult is what ClearCache dropped.
+type ClearResult struct {
+	cache.ClearResult
+	// Shared is what was deleted from the shared tier (ClearRequest.Shared).
+	Shared sharedcache.ForgetResult `json:"shared"`
 }
 
 // ClearCache drops cached data of the datasets req names from the node's
-// memory and disk tiers. It is safe while mounts are live: files open now
-// keep reading right, and their cached copies go when they are closed.
-func (n *Node) ClearCache(req ClearRequest) (cache.ClearResult, error) {
+// memory and disk tiers (and, with req.Shared, from the shared tier). It
+// is safe while mounts are live: files open now keep reading right, and
+// their cached copies go when they are closed.
+func (n *Node) ClearCache(ctx context.Context, req ClearRequest) (ClearResult, error) {
+	var res ClearResult
 	match, err := DatasetMatcher(req.URI)
 	if err != nil {
-		return cache.ClearResult{}, err
+		return res, err
+	}
+	if req.Shared && req.URI == "" {
+		return res, errors.New("clearing the shared tier needs a URI: its blocks are found by listing the dataset (the tier's other datasets are other nodes' too)")
 	}
 	c, err := n.sharedCache()
 	if err != nil {
-		return cache.ClearResult{}, err
+		return res, err
 	}
-	if req.URI != "" && !slices.ContainsFunc(c.Usage(), func(u cache.DatasetUsage) bool { return match(u.Dataset) }) {
-		return cache.ClearResult{}, fmt.Errorf("the cache holds no dataset under %s (`mlfsd cache du` lists them)", req.URI)
+	if req.Shared {
+		st, err := n.storeFor(ctx, "clear", req.URI, req.Options, req.Credentials)
+		if err != nil {
+			return res, err
+		}
+		defer st.release()
+		if st.tier == nil {
+			return res, fmt.Errorf("clear %s: no shared cache tier is configured (give --shared-cache, or the daemon's)", req.URI)
+		}
+		objs, err := warmList(ctx, st.b, st.key, nil)
+		if err != nil {
+			return res, fmt.Errorf("listing %s: %w", req.URI, err)
+		}
+		res.Shared, err = st.tier.Forget(ctx, st.b.ID(), objs)
+		n.log.Info("shared cache cleared", "uri", req.URI, "blocks", res.Shared.Blocks, "bytes", res.Shared.Bytes, "err", err)
+		if err != nil {
+			return res, err
+		}
+	} else if req.URI != "" && !slices.ContainsFunc(c.Usage(), func(u cache.DatasetUsage) bool { return match(u.Dataset) }) {
+		return res, fmt.Errorf("the cache holds no dataset under %s (`mlfsd cache du` lists them)", req.URI)
 	}
-	res := c.Clear(match)
+	res.ClearResult = c.Clear(match)
 	n.log.Info("cache cleared", "uri", req.URI, "objects", res.Objects, "disk_bytes", res.DiskBytes, "memory_bytes", res.MemoryBytes, "deferred", res.Deferred)
 	return res, nil
 }
@@ -358,26 +397,12 @@ func (n *Node) Warm(ctx context.Context, req WarmRequest) (WarmStatus, error) {
 			key = u.Base()
 		}
 	} else {
-		if u, err = backends.ParseURI(req.URI); err != nil {
-			return WarmStatus{}, err
-		}
-		set, err := n.opt.Settings.WithMountOptions(req.Options)
+		st, err := n.storeFor(ctx, "warm", req.URI, req.Options, req.Credentials)
 		if err != nil {
 			return WarmStatus{}, err
 		}
-		mreq := MountRequest{URI: req.URI, Target: "warm " + req.URI, ReadOnly: true, Options: req.Options, Credentials: req.Credentials}
-		if u, set, err = n.checkNASRoots("warm", mreq, u, set); err != nil {
-			return WarmStatus{}, err
-		}
-		raw, k, rel, _, err := n.backendFor(ctx, u, set, mreq, true)
-		if err != nil {
-			return WarmStatus{}, err
-		}
-		if b, err = n.shared.through(ctx, raw, set); err != nil {
-			rel()
-			return WarmStatus{}, err
-		}
-		key, release, view = k, rel, c.ViewAs(req.Credentials.fingerprint())
+		u, b, key, release = st.u, st.b, st.key, st.release
+		view = c.ViewAs(req.Credentials.fingerprint())
 	}
 	if len(req.Files) > 0 && !u.IsDir() {
 		release()
@@ -501,4 +526,41 @@ func warmList(ctx context.Context, b backends.Backend, key string, files []strin
 		}
 		opt.Token = page.NextToken
 	}
+}
+
+// store is a dataset's store reached outside a mount (a warm-up, a clear
+// of the shared tier), through the shared tier its settings name.
+type store struct {
+	u       backends.URI
+	b       backends.Backend // through the tier, if any
+	key     string           // the object of a single-object URI, else ""
+	tier    *sharedcache.Tier
+	release func()
+}
+
+// storeFor opens the store of uri as an input mount with opts and creds
+// would (creds empty: the node's own), for op.
+func (n *Node) storeFor(ctx context.Context, op, uri string, opts map[string]string, creds Credentials) (store, error) {
+	u, err := backends.ParseURI(uri)
+	if err != nil {
+		return store{}, err
+	}
+	set, err := n.opt.Settings.WithMountOptions(opts)
+	if err != nil {
+		return store{}, err
+	}
+	mreq := MountRequest{URI: uri, Target: op + " " + uri, ReadOnly: true, Options: opts, Credentials: creds}
+	if u, set, err = n.checkNASRoots(op, mreq, u, set); err != nil {
+		return store{}, err
+	}
+	raw, key, release, _, err := n.backendFor(ctx, u, set, mreq, true)
+	if err != nil {
+		return store{}, err
+	}
+	b, err := n.shared.through(ctx, raw, set)
+	if err != nil {
+		release()
+		return store{}, err
+	}
+	return store{u: u, b: b, key: key, tier: n.shared.tier(set.Shared.URI), release: release}, nil
 }

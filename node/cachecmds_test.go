@@ -119,15 +119,22 @@ func TestCacheWarmDuClear(t *testing.T) {
 			t.Errorf("Warm(%+v): %v; want an error saying %q", tc.req, err, tc.want)
 		}
 	}
-	if _, err := n.ClearCache(ClearRequest{URI: "nas://" + t.TempDir() + "/"}); err == nil || !strings.Contains(err.Error(), "cache du") {
+	if _, err := n.ClearCache(ctx, ClearRequest{URI: "nas://" + t.TempDir() + "/"}); err == nil || !strings.Contains(err.Error(), "cache du") {
 		t.Errorf("clearing a dataset the cache does not hold: %v", err)
 	}
-	res, err := n.ClearCache(ClearRequest{URI: uri})
+	if _, err := n.ClearCache(ctx, ClearRequest{Shared: true}); err == nil || !strings.Contains(err.Error(), "needs a URI") {
+		t.Errorf("clearing the whole shared tier: %v", err)
+	}
+	res, err := n.ClearCache(ctx, ClearRequest{URI: uri, Shared: true, Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Objects != 3 || res.DiskBytes < total {
-		t.Errorf("clear: %+v; want 3 objects, >= %d bytes", res, total)
+	// 3 MiB+5, 100 KiB and 2 MiB: 4+1+2 blocks of 1 MiB in the tier.
+	if res.Objects != 3 || res.DiskBytes < total || res.Shared.Blocks != 7 || res.Shared.Bytes < total {
+		t.Errorf("clear: %+v; want 3 objects, >= %d bytes, and their 7 blocks from the shared tier", res, total)
+	}
+	if res, err := n.ClearCache(ctx, ClearRequest{URI: uri, Shared: true, Options: opts}); err != nil || res.Shared.Blocks != 0 {
+		t.Errorf("clearing the shared tier again: %+v, %v; want nothing left", res, err)
 	}
 	if d := datasetUsage(n.CacheUsage(), uri); d.Objects != 0 || d.MemoryBytes != 0 {
 		t.Errorf("du after the clear: %+v", d)

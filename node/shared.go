@@ -144,3 +144,13 @@ func (s *sharedTiers) usage() []SharedTierUsage {
 	sort.Slice(out, func(i, j int) bool { return out[i].URI < out[j].URI })
 	return out
 }
+
+// tier returns the open tier of uri, nil if none ("" or not opened).
+func (s *sharedTiers) tier(uri string) *sharedcache.Tier {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.tiers[uri]; ok {
+		return st.t
+	}
+	return nil
+}

@@ -28,7 +28,7 @@ import (
 // cacheService is what `mlfsd cache` asks: the daemon through its API, or
 // a node of this process over --cache-dir.
 type cacheService interface {
-	ClearCache(ctx context.Context, req node.ClearRequest) (cache.ClearResult, error)
+	ClearCache(ctx context.Context, req node.ClearRequest) (node.ClearResult, error)
 	Warm(ctx context.Context, req node.WarmRequest) (node.WarmStatus, error)
 	WarmStatus(ctx context.Context, id string) (node.WarmStatus, error)
 	CancelWarm(ctx context.Context, id string) (node.WarmStatus, error)
@@ -37,8 +37,8 @@ type cacheService interface {
 // localCache is a node of this process as a cacheService.
 type localCache struct{ n *node.Node }
 
-func (l localCache) ClearCache(_ context.Context, req node.ClearRequest) (cache.ClearResult, error) {
-	return l.n.ClearCache(req)
+func (l localCache) ClearCache(ctx context.Context, req node.ClearRequest) (node.ClearResult, error) {
+	return l.n.ClearCache(ctx, req)
 }
 func (l localCache) Warm(ctx context.Context, req node.WarmRequest) (node.WarmStatus, error) {
 	return l.n.Warm(ctx, req)
@@ -189,20 +189,33 @@ func printCacheUsage(w io.Writer, u node.CacheUsage, asJSON bool) error {
 
 func newCacheClearCmd(a *app) *cobra.Command {
 	var socket string
+	var shared bool
 	c := &cobra.Command{
-		Use:   "clear [URI] [--daemon SOCKET | --cache-dir DIR]",
+		Use:   "clear [URI] [--shared] [--daemon SOCKET | --cache-dir DIR]",
 		Short: "Drop a dataset's cached data (every dataset's without URI) from memory and disk",
 		Long: `Drop from the cache's memory and disk the data of the datasets under URI
 (oss://bucket/prefix/ also clears oss://bucket/prefix/train/; an endpoint left out
 matches any), or of every dataset without URI.
 
 It is safe while mounts are live: a file open now keeps reading right, and its
-cached copy goes when its last reader closes it.`,
+cached copy goes when its last reader closes it.
+
+With --shared, URI's blocks are also deleted from the shared cache tier (the
+cluster's: every node then reads them from the source again). URI is listed to
+find them, with the credentials of this environment (or the daemon's), and the
+tier is the one --shared-cache names (or the daemon's).`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := node.ClearRequest{}
+			req := node.ClearRequest{Shared: shared}
 			if len(args) == 1 {
 				req.URI = args[0]
+			}
+			if shared && socket != "" {
+				opts, err := node.MountFlags(cmd.Flags())
+				if err != nil {
+					return err
+				}
+				req.Options, req.Credentials = opts, daemonCredentials()
 			}
 			return withCacheService(cmd.Context(), a, cmd, socket, func(s cacheService) error {
 				res, err := s.ClearCache(cmd.Context(), req)
@@ -214,13 +227,17 @@ cached copy goes when its last reader closes it.`,
 				if res.Deferred > 0 {
 					fmt.Fprintf(a.stdout, "; %d open now go when their readers close them", res.Deferred)
 				}
+				if shared {
+					fmt.Fprintf(a.stdout, "; %d blocks (%s) from the shared tier", res.Shared.Blocks, humanize.IBytes(uint64(res.Shared.Bytes)))
+				}
 				fmt.Fprintln(a.stdout)
 				return nil
 			})
 		},
 	}
 	c.Flags().StringVar(&socket, "daemon", "", "API socket of the mlfsd daemon whose cache to clear")
-	node.AddFlags(c.Flags(), &a.settings, node.GroupCache)
+	c.Flags().BoolVar(&shared, "shared", false, "also delete URI's blocks from the shared cache tier (every node's; needs URI)")
+	node.AddFlags(c.Flags(), &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS)
 	return c
 }
 

@@ -11,7 +11,7 @@
 //	GET  /v1/mounts                  -> []node.MountInfo
 //	GET  /v1/status                  -> []node.MountStatus
 //	GET  /v1/cache                   -> node.CacheUsage
-//	POST /v1/cache/clear  node.ClearRequest -> cache.ClearResult
+//	POST /v1/cache/clear  ClearRequest   -> node.ClearResult
 //	POST /v1/cache/warm   WarmRequest    -> node.WarmStatus (started)
 //	GET  /v1/cache/warm/{id}         -> node.WarmStatus
 //	POST /v1/cache/warm/{id}/cancel  -> node.WarmStatus
@@ -60,6 +60,15 @@ type WarmRequest struct {
 	Files       []string          `json:"files,omitempty"`
 	Parallel    int               `json:"parallel,omitempty"`
 	Target      string            `json:"target,omitempty"`
+	Options     map[string]string `json:"options,omitempty"`
+	Credentials *Credentials      `json:"credentials,omitempty"`
+}
+
+// ClearRequest is the body of POST /v1/cache/clear: node.ClearRequest
+// with its credentials on the wire.
+type ClearRequest struct {
+	URI         string            `json:"uri,omitempty"`
+	Shared      bool              `json:"shared,omitempty"`
 	Options     map[string]string `json:"options,omitempty"`
 	Credentials *Credentials      `json:"credentials,omitempty"`
 }

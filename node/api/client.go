@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mlfsd/mlfsd/cache"
 	"github.com/mlfsd/mlfsd/job"
 	"github.com/mlfsd/mlfsd/node"
 )
@@ -285,9 +284,10 @@ func (c *Client) CacheUsage(ctx context.Context) (node.CacheUsage, error) {
 }
 
 // ClearCache drops the daemon's cached data of the datasets req names.
-func (c *Client) ClearCache(ctx context.Context, req node.ClearRequest) (cache.ClearResult, error) {
-	var out cache.ClearResult
-	err := c.do(ctx, http.MethodPost, "/v1/cache/clear", req, &out)
+func (c *Client) ClearCache(ctx context.Context, req node.ClearRequest) (node.ClearResult, error) {
+	var out node.ClearResult
+	err := c.do(ctx, http.MethodPost, "/v1/cache/clear", ClearRequest{URI: req.URI, Shared: req.Shared, Options: req.Options,
+		Credentials: wireCredentials(req.Credentials)}, &out)
 	return out, err
 }
 

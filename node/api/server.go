@@ -329,13 +329,17 @@ func (s *Server) cacheUsage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) cacheClear(w http.ResponseWriter, r *http.Request) {
-	var req node.ClearRequest
+	var req ClearRequest
 	if err := s.decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	s.log.Info("api: cache clear", "uri", req.URI)
-	res, err := s.n.ClearCache(req)
+	nr := node.ClearRequest{URI: req.URI, Shared: req.Shared, Options: req.Options}
+	if req.Credentials != nil {
+		nr.Credentials = req.Credentials.Credentials
+	}
+	s.log.Info("api: cache clear", "uri", req.URI, "shared", req.Shared, "credentials", nr.Credentials)
+	res, err := s.n.ClearCache(r.Context(), nr)
 	if err != nil {
 		s.fail(w, r, err)
 		return
