@@ -76,8 +76,11 @@ func (n *Node) CacheUsage() CacheUsage {
 	for _, m := range n.mounts {
 		if m.live() && m.view != nil {
 			v := m.view.Stats()
-			u.Mounts = append(u.Mounts, MountUsage{Target: m.info.Target, URI: m.info.URI, Dataset: m.source.ID(),
-				ReadBytes: v.BytesServed, MemoryHitBytes: v.MemoryHitBytes, DiskHitBytes: v.DiskHitBytes})
+			mu := MountUsage{Target: m.info.Target, URI: m.info.URI, ReadBytes: v.BytesServed, MemoryHitBytes: v.MemoryHitBytes, DiskHitBytes: v.DiskHitBytes}
+			if m.source != nil {
+				mu.Dataset = m.source.ID()
+			}
+			u.Mounts = append(u.Mounts, mu)
 		}
 	}
 	n.mu.Unlock()
@@ -119,6 +122,9 @@ func (n *Node) ClearCache(ctx context.Context, req ClearRequest) (ClearResult, e
 	match, err := DatasetMatcher(req.URI)
 	if err != nil {
 		return res, err
+	}
+	if n.isClosed() {
+		return res, ErrClosed // or the cache would open again
 	}
 	if req.Shared && req.URI == "" {
 		return res, errors.New("clearing the shared tier needs a URI: its blocks are found by listing the dataset (the tier's other datasets are other nodes' too)")
@@ -365,6 +371,9 @@ func (n *Node) Warm(ctx context.Context, req WarmRequest) (WarmStatus, error) {
 	if req.Parallel == 0 {
 		req.Parallel = DefaultWarmParallel
 	}
+	if n.isClosed() {
+		return WarmStatus{}, ErrClosed // or the cache would open again
+	}
 	c, err := n.sharedCache()
 	if err != nil {
 		return WarmStatus{}, err
@@ -382,8 +391,8 @@ func (n *Node) Warm(ctx context.Context, req WarmRequest) (WarmStatus, error) {
 		if err != nil {
 			return WarmStatus{}, err
 		}
-		if m.view == nil {
-			return WarmStatus{}, fmt.Errorf("warm: %s is an output mount; only inputs are cached", m.info.Target)
+		if m.view == nil || m.source == nil {
+			return WarmStatus{}, fmt.Errorf("warm: %s is not a cached input mount (an output, or an input taken over without a cache)", m.info.Target)
 		}
 		if req.URI != "" && req.URI != m.info.URI {
 			return WarmStatus{}, fmt.Errorf("warm: %s mounts %s, not %s", m.info.Target, m.info.URI, req.URI)

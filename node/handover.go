@@ -370,6 +370,7 @@ func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 		release()
 		return err
 	}
+	m.source = in
 	ad.items = append(ad.items, adoptedMount{m: m, a: a, src: src})
 	return nil
 }
