@@ -10,7 +10,8 @@
 // change under an open file fails the read instead of mixing bytes.
 //
 // Lock order: Cache.mu, then entry.mu, then the ready buffer's lock (and
-// ristretto's own), then arena.mu. entry.flushMu is taken with neither
+// ristretto's own), then arena.mu; datasetIndex.mu, when held, comes
+// before Cache.mu (datasets.go). entry.flushMu is taken with neither
 // Cache.mu nor entry.mu held; Cache.warmMu and arena.mu are leaves (a
 // block's last reference may be dropped under any of the others, and
 // returns it to the arena). Block reference counts are atomic (arena.go).
@@ -21,6 +22,7 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -169,7 +171,7 @@ func New(opt Options) (*Cache, error) {
 		byKey:       map[string][]*entry{},
 		maxKeptOpen: keptOpenLimit(),
 	}
-	c.index = newDatasetIndex(opt.Dir, opt.Log)
+	c.index = newDatasetIndex(opt.Dir, opt.Log, cmp.Or(opt.indexCompactAfter, indexCompactAfter))
 	if opt.Dir != "" {
 		lock, err := lockDir(opt.Dir)
 		if err != nil {
@@ -591,8 +593,19 @@ func (c *Cache) pin(id string, size int64, dataset string) (*entry, error) {
 	}
 	opened := e.opened
 	c.mu.Unlock()
-	if label {
-		c.index.add(dataset, keyPrefix(id))
+	if label && c.index.add(dataset, keyPrefix(id)) {
+		c.mu.Lock()
+		closed := c.closed
+		if !closed {
+			c.wg.Add(1)
+		}
+		c.mu.Unlock()
+		if !closed {
+			go func() {
+				defer c.wg.Done()
+				c.compactIndex()
+			}()
+		}
 	}
 	// Files are opened outside c.mu (an open can take a millisecond on a
 	// busy disk, and every open of every file would queue behind it);

@@ -25,7 +25,9 @@ import (
 //
 // A line is appended (one small write) when an object of a key the index
 // lacks is first pinned; New rewrites each index with the keys still on
-// disk. The index labels data, nothing is served from it: a line lost in a
+// disk, and so does a running cache once the lines appended since
+// outnumber the keys it holds (compactIndex): evicted keys leave the
+// index, which stays within a few times the cache's key count. The index labels data, nothing is served from it: a line lost in a
 // crash leaves its object under an unknown dataset ("") in Usage until it
 // is opened again, evicted, or everything is cleared.
 
@@ -34,18 +36,28 @@ const (
 	datasetsHeader = "dataset "
 )
 
-// datasetIndex appends to the datasets' indexes. Its mu is a leaf.
+// datasetIndex appends to the datasets' indexes. Its mu is taken with no
+// other lock held, and compactIndex takes Cache.mu under it.
 type datasetIndex struct {
-	dir string // v1/datasets; "" without a disk tier
-	log *slog.Logger
+	dir        string // v1/datasets; "" without a disk tier
+	log        *slog.Logger
+	minCompact int // lines appended before a compaction is considered
 
 	mu     sync.Mutex
 	files  map[string]*os.File // GUARDED_BY(mu): open for appending, by dataset
 	failed bool                // GUARDED_BY(mu): a write failed (logged once)
+	// lines: the key lines written since the last rewrite, and written
+	// in it; appended: those appended since. GUARDED_BY(mu)
+	lines, appended int
+	compacting      bool // GUARDED_BY(mu): a compaction is under way
 }
 
-func newDatasetIndex(cacheDir string, log *slog.Logger) *datasetIndex {
-	x := &datasetIndex{log: log, files: map[string]*os.File{}}
+// indexCompactAfter is how many lines must be appended before the
+// index is compacted (at least as many as it held).
+const indexCompactAfter = 100_000
+
+func newDatasetIndex(cacheDir string, log *slog.Logger, minCompact int) *datasetIndex {
+	x := &datasetIndex{log: log, files: map[string]*os.File{}, minCompact: minCompact}
 	if cacheDir != "" {
 		x.dir = filepath.Join(cacheDir, layoutVersion, datasetsDir)
 	}
@@ -57,13 +69,19 @@ func datasetFile(dir, dataset string) string {
 	return filepath.Join(dir, hex.EncodeToString(h[:8]))
 }
 
-// add records that key hash kp belongs to dataset.
-func (x *datasetIndex) add(dataset, kp string) {
+// add records that key hash kp belongs to dataset. It reports whether
+// the index is due for a compaction (the caller starts it).
+func (x *datasetIndex) add(dataset, kp string) (compact bool) {
 	if x.dir == "" || dataset == "" || strings.ContainsAny(dataset, "\n") {
-		return
+		return false
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	x.appended++
+	if x.appended > max(x.lines, x.minCompact) && !x.compacting {
+		x.compacting = true
+		compact = true
+	}
 	f := x.files[dataset]
 	var err error
 	if f == nil {
@@ -79,6 +97,7 @@ func (x *datasetIndex) add(dataset, kp string) {
 		x.failed = true
 		x.log.Warn("cache: recording which dataset cached objects belong to; `mlfsd cache du` will count some under an unknown dataset", "dir", x.dir, "err", err)
 	}
+	return compact
 }
 
 func (x *datasetIndex) open(dataset string) (*os.File, error) {
@@ -107,6 +126,19 @@ func (x *datasetIndex) rewrite(keys map[string][]string) error {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	return x.rewriteLocked(keys)
+}
+
+func (x *datasetIndex) rewriteLocked(keys map[string][]string) error {
+	// Appending goes on in the new files.
+	for ds, f := range x.files {
+		f.Close()
+		delete(x.files, ds)
+	}
+	x.lines, x.appended = 0, 0
+	for _, kps := range keys {
+		x.lines += len(kps)
+	}
 	if err := os.MkdirAll(x.dir, 0o700); err != nil {
 		return err
 	}
@@ -139,6 +171,25 @@ func (x *datasetIndex) rewrite(keys map[string][]string) error {
 		}
 	}
 	return nil
+}
+
+// compactIndex rewrites the indexes with the keys the cache holds now
+// (see add). The index's lock is held from the snapshot of the keys to
+// the rewrite, so that no line appended meanwhile is lost.
+func (c *Cache) compactIndex() {
+	x := c.index
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.compacting = false
+	keys := map[string][]string{}
+	c.mu.Lock()
+	for _, e := range c.entries {
+		keys[e.dataset] = append(keys[e.dataset], keyPrefix(e.id))
+	}
+	c.mu.Unlock()
+	if err := x.rewriteLocked(keys); err != nil {
+		c.log.Warn("cache: rewriting which dataset cached objects belong to", "dir", c.opt.Dir, "err", err)
+	}
 }
 
 func (x *datasetIndex) close() {

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -234,5 +237,50 @@ func TestWarmResumes(t *testing.T) {
 	}
 	if rs := b.readLog(); len(rs) != 0 {
 		t.Errorf("a third run and reads of warmed files made %d store reads: %s", len(rs), describeReads(rs))
+	}
+}
+
+// TestDatasetIndexStaysBounded: a running cache that evicts keys as it
+// caches new ones compacts its dataset index, which so stays within a
+// few times the keys it holds, and still labels every object.
+func TestDatasetIndexStaysBounded(t *testing.T) {
+	dir := t.TempDir()
+	b := newFake("fake://a/")
+	c, err := New(Options{Dir: dir, DiskBytes: 8 * 300 << 10, indexCompactAfter: 10, WarmAfter: -1, writeQueueBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 120 {
+		readFile(t, c, b, b.put(fmt.Sprintf("k%03d", i), randomData(uint64(i), 300<<10)))
+	}
+	c.quiesce()
+	held := usageOf(c.Usage(), "fake://a/").Objects
+	if held == 0 || held > 8 {
+		t.Fatalf("%d objects held under a bound of 8", held)
+	}
+	lines := 0
+	ents, err := os.ReadDir(filepath.Join(dir, layoutVersion, datasetsDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(dir, layoutVersion, datasetsDir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += strings.Count(string(data), "\n") - 1 // less the header
+	}
+	if lines > 3*10+int(held) {
+		t.Errorf("the index holds %d key lines for %d objects cached (120 ever)", lines, held)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	off, err := DiskUsage(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(off) != 1 || off[0].Dataset != "fake://a/" || off[0].Objects != held {
+		t.Errorf("offline after compactions: %+v; want %d objects of fake://a/", off, held)
 	}
 }

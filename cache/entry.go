@@ -329,7 +329,7 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, sr
 		e.mu.Unlock()
 	}
 	if keep {
-		c.keepInMemory(c.blockKey(e.id, bi), buf.ref())
+		c.keepInMemory(buf.b.key, buf.ref()) // c.blockKey(e.id, bi), set by fetch
 	}
 	n := buf.cost() // the write queue bounds the memory its blocks hold
 	held := false
