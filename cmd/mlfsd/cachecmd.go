@@ -349,29 +349,35 @@ const warmPoll = 250 * time.Millisecond
 // the warm-up, which a second run resumes.
 func followWarm(ctx context.Context, a *app, s cacheService, st node.WarmStatus) error {
 	p := newWarmProgress(a.stderr, st)
+	interrupted := false
 	for !st.Ended() {
 		t := time.NewTimer(warmPoll)
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			st, err := s.CancelWarm(context.Background(), st.ID)
-			p.finish(st)
-			if err != nil {
-				return err
+			if !interrupted {
+				interrupted = true
+				// Cancelled, then followed until it stopped (it may
+				// have ended on its own meanwhile).
+				if _, err := s.CancelWarm(context.Background(), st.ID); err != nil {
+					t.Stop()
+					p.finish(st)
+					return err
+				}
 			}
-			return fmt.Errorf("interrupted: %d of %d files warmed; run it again to fetch the rest", st.FilesDone, st.Files)
+			<-t.C
 		case <-t.C:
 		}
 		var err error
-		if st, err = s.WarmStatus(ctx, st.ID); err != nil {
-			if ctx.Err() != nil {
-				continue // interrupted: cancelled above
-			}
+		if st, err = s.WarmStatus(context.Background(), st.ID); err != nil {
+			p.finish(st)
 			return err
 		}
 		p.update(st)
 	}
 	p.finish(st)
+	if st.State == node.WarmCancelled {
+		return fmt.Errorf("interrupted: %d of %d files warmed; run it again to fetch the rest", st.FilesDone, st.Files)
+	}
 	fmt.Fprintf(a.stdout, "warmed %s: %d files, %s (%d cached already; %s fetched)\n", st.URI, st.FilesDone,
 		humanize.IBytes(uint64(st.BytesDone)), st.FilesCached, humanize.IBytes(uint64(st.BytesFetched)))
 	if st.State != node.WarmDone {
