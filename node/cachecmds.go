@@ -42,7 +42,7 @@ type MountUsage struct {
 	Target  string `json:"target"`
 	URI     string `json:"uri"`
 	Dataset string `json:"dataset"`
-	// ReadBytes, and of them MemoryBytes and DiskBytes: what its readers
+	// ReadBytes, and of them MemoryHitBytes and DiskHitBytes: what its readers
 	// were served, and from which tier (MountStatus has more).
 	ReadBytes      int64 `json:"read_bytes"`
 	MemoryHitBytes int64 `json:"memory_hit_bytes"`
