@@ -50,6 +50,11 @@ type block struct {
 	arena *arena
 	state atomic.Uint64 // generation<<refBits | references
 	n     int           // bytes of buf in use; set before the block is shared
+	// key and dataset name what the block holds (Cache.blockKey, and the
+	// backend ID of its object), set with n: what `cache du` counts and
+	// `cache clear` drops in the memory tier, whose keys ristretto does
+	// not list.
+	key, dataset string
 
 	parent *block // the whole block a chunk was cut from; nil for a whole block
 

@@ -10,7 +10,8 @@
 // change under an open file fails the read instead of mixing bytes.
 //
 // Lock order: Cache.mu, then entry.mu, then the ready buffer's lock (and
-// ristretto's own), then arena.mu. entry.flushMu is taken with neither
+// ristretto's own), then arena.mu; datasetIndex.mu, when held, comes
+// before Cache.mu (datasets.go). entry.flushMu is taken with neither
 // Cache.mu nor entry.mu held; Cache.warmMu and arena.mu are leaves (a
 // block's last reference may be dropped under any of the others, and
 // returns it to the arena). Block reference counts are atomic (arena.go).
@@ -21,6 +22,7 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,8 +107,9 @@ type Cache struct {
 	warmMu   sync.Mutex
 	dirOpens map[dirKey]int // GUARDED_BY(warmMu): small opens per directory; -1 once warmed
 
-	lock *os.File   // holds the exclusive lock on Dir; nil without a disk tier
-	aio  *aioWriter // the disk tier's O_DIRECT writes; nil: synchronous pwritev
+	lock  *os.File      // holds the exclusive lock on Dir; nil without a disk tier
+	index *datasetIndex // which dataset each cached key belongs to (datasets.go)
+	aio   *aioWriter    // the disk tier's O_DIRECT writes; nil: synchronous pwritev
 	// unsynced: objects were written without fdatasync since the cache
 	// opened (createWhole); Close syncs the filesystem before it removes
 	// the marker.
@@ -168,6 +171,7 @@ func New(opt Options) (*Cache, error) {
 		byKey:       map[string][]*entry{},
 		maxKeptOpen: keptOpenLimit(),
 	}
+	c.index = newDatasetIndex(opt.Dir, opt.Log, cmp.Or(opt.indexCompactAfter, indexCompactAfter))
 	if opt.Dir != "" {
 		lock, err := lockDir(opt.Dir)
 		if err != nil {
@@ -192,9 +196,14 @@ func New(opt Options) (*Cache, error) {
 		}
 		// The eviction order across a restart: by mtime, oldest first.
 		slices.SortStableFunc(found, func(a, b scanned) int { return a.atime.Compare(b.atime) })
+		labels, err := readDatasetIndex(opt.Dir)
+		if err != nil {
+			c.log.Warn("cache: reading which dataset cached objects belong to", "dir", opt.Dir, "err", err)
+		}
 		c.mu.Lock()
 		for _, s := range found {
 			e := c.newEntry(s.id, s.size)
+			e.dataset = labels[keyPrefix(s.id)]
 			e.complete = s.complete
 			if !s.complete {
 				e.present = s.present
@@ -207,7 +216,14 @@ func New(opt Options) (*Cache, error) {
 			c.used += s.diskBytes
 		}
 		c.makeRoomLocked(0) // the bounds may have shrunk since the last run
+		keys := map[string][]string{}
+		for _, e := range c.entries {
+			keys[e.dataset] = append(keys[e.dataset], keyPrefix(e.id))
+		}
 		c.mu.Unlock()
+		if err := c.index.rewrite(keys); err != nil {
+			c.log.Warn("cache: rewriting which dataset cached objects belong to", "dir", opt.Dir, "err", err)
+		}
 		for i := range 256 {
 			if err := os.MkdirAll(c.dirOf(fmt.Sprintf("%02x", i)), 0o700); err != nil {
 				c.Close()
@@ -327,7 +343,7 @@ func (c *Cache) open(ctx context.Context, v *View, b backends.Backend, info back
 		return emptyHandle{}, nil
 	}
 	src := source{b: b, key: info.Key, version: info.Version, view: v}
-	e, err := c.pin(objectID(b.ID(), info.Key, info.Version), info.Size)
+	e, err := c.pin(objectID(b.ID(), info.Key, info.Version), info.Size, b.ID())
 	if err != nil {
 		return nil, err
 	}
@@ -409,6 +425,7 @@ func (c *Cache) Close() error {
 	if c.aio != nil {
 		c.aio.close()
 	}
+	c.index.close()
 	if c.lock != nil {
 		if err := c.clearUnsynced(); err != nil {
 			errs = append(errs, err)
@@ -521,7 +538,7 @@ func (c *Cache) pinLocked(e *entry) {
 // pin finds or creates the entry for id and pins it, opening its disk file
 // on the first pin. Unpinned entries for other versions of the same key are
 // dropped: nothing will read them again.
-func (c *Cache) pin(id string, size int64) (*entry, error) {
+func (c *Cache) pin(id string, size int64, dataset string) (*entry, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -537,9 +554,15 @@ func (c *Cache) pin(id string, size int64) (*entry, error) {
 		c.removeLocked(e)
 		e = nil
 	}
+	label := false // a key not in the dataset index yet
 	if e == nil {
 		e = c.newEntry(id, size)
+		label = len(c.byKey[keyPrefix(id)]) == 0
 		c.addLocked(e)
+	}
+	if e.dataset == "" && dataset != "" {
+		e.dataset = dataset
+		label = true
 	}
 	for _, o := range slices.Clone(c.byKey[keyPrefix(id)]) {
 		if o == e {
@@ -570,6 +593,20 @@ func (c *Cache) pin(id string, size int64) (*entry, error) {
 	}
 	opened := e.opened
 	c.mu.Unlock()
+	if label && c.index.add(dataset, keyPrefix(id)) {
+		c.mu.Lock()
+		closed := c.closed
+		if !closed {
+			c.wg.Add(1)
+		}
+		c.mu.Unlock()
+		if !closed {
+			go func() {
+				defer c.wg.Done()
+				c.compactIndex()
+			}()
+		}
+	}
 	// Files are opened outside c.mu (an open can take a millisecond on a
 	// busy disk, and every open of every file would queue behind it);
 	// later pinners wait for the first one's open.

@@ -37,6 +37,9 @@ type entry struct {
 	readers atomic.Int32
 
 	// GUARDED_BY(c.mu):
+	// dataset is the backend ID of the object ("" while unknown: loaded
+	// from disk without an index line, and not opened since).
+	dataset    string
 	pins       int
 	superseded bool          // another version of the key was opened since
 	kept       bool          // unpinned with its complete file left open (Cache.keptOpen)
@@ -90,6 +93,11 @@ type source struct {
 	// before it marks a file in flight, so a reader never waits for a
 	// fetch still queued behind other prefetches.
 	slotHeld bool
+	// diskOnly: the fetch is for the disk tier alone (a warm-up, with
+	// background set): its blocks are not kept in the memory tier, where
+	// a warm-up of a large dataset would push out the blocks readers
+	// fetched ahead and have yet to read.
+	diskOnly bool
 }
 
 // blockFetch is one block being fetched; readers wait on done, then take
@@ -254,6 +262,7 @@ func (e *entry) fetch(src source, first int64, fetches []*blockFetch) {
 		var buf blockRef
 		if err == nil {
 			buf = c.arena.get(int(e.blockLen(bi)))
+			buf.b.key, buf.b.dataset = c.blockKey(e.id, bi), src.b.ID()
 			var n int
 			n, err = io.ReadFull(r, buf.data())
 			c.stats.backendBytes.Add(int64(n))
@@ -313,7 +322,15 @@ func (e *entry) finishBlock(bi int64, f *blockFetch, buf blockRef, err error, sr
 		return blockRef{}, false
 	}
 	defer buf.unref()
-	c.keepInMemory(c.blockKey(e.id, bi), buf.ref())
+	keep := !src.diskOnly
+	if !keep {
+		e.mu.Lock()
+		keep = e.file == nil && !e.whole // no disk tier for it: memory it is
+		e.mu.Unlock()
+	}
+	if keep {
+		c.keepInMemory(buf.b.key, buf.ref()) // c.blockKey(e.id, bi), set by fetch
+	}
 	n := buf.cost() // the write queue bounds the memory its blocks hold
 	held := false
 	if src.background {

@@ -64,6 +64,8 @@ type Options struct {
 	bootID string
 	// progressEvery overrides scanProgressEvery (tests).
 	progressEvery time.Duration
+	// indexCompactAfter overrides indexCompactAfter (tests).
+	indexCompactAfter int
 }
 
 // DefaultOptions returns the defaults every zero field of Options takes.

@@ -117,3 +117,31 @@ func (r *readyBuf) clear() {
 	r.order.Init()
 	r.bytes = 0
 }
+
+// each calls f for every block held, under the buffer's lock (f must not
+// call back into it).
+func (r *readyBuf) each(f func(key string, ref blockRef)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for el := r.order.Front(); el != nil; el = el.Next() {
+		it := el.Value.(*readyItem)
+		f(it.key, it.r)
+	}
+}
+
+// remove drops the block of key, if held, and reports the memory it held.
+func (r *readyBuf) remove(key string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	el, ok := r.items[key]
+	if !ok {
+		return 0
+	}
+	it := el.Value.(*readyItem)
+	r.order.Remove(el)
+	delete(r.items, key)
+	n := it.r.cost()
+	r.bytes -= n
+	it.r.unref()
+	return n
+}

@@ -133,7 +133,7 @@ func (c *Cache) warmOne(b backends.Backend, v *View, o backends.ObjectInfo) {
 	if busy {
 		return
 	}
-	e, err := c.pin(id, o.Size)
+	e, err := c.pin(id, o.Size, b.ID())
 	if err != nil {
 		return
 	}

@@ -44,6 +44,13 @@ type Mounter interface {
 	Unmount(ctx context.Context, target string) error
 }
 
+// Warmer starts a warm-up of a mount's cache in the background (a Mounter
+// that implements it serves AttrWarm): node.Node, and the daemon's
+// api.Client.
+type Warmer interface {
+	Warm(ctx context.Context, req node.WarmRequest) (node.WarmStatus, error)
+}
+
 // Options configure a Driver.
 type Options struct {
 	// Name is the driver name (default DefaultName).

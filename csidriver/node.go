@@ -103,6 +103,10 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", req.GetVolumeId(), err)
 	}
 	readOnly := !spec.output || roFlag || req.GetReadonly() || readOnlyMode(req.GetVolumeCapability())
+	warmer, canWarm := s.d.opt.Mounter.(Warmer)
+	if spec.warm && !canWarm {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: volume attribute %q: this plugin's mounter cannot warm a cache (run it with the node daemon)", req.GetVolumeId(), AttrWarm)
+	}
 	if spec.uri, err = s.d.opt.NASRoots.Check(spec.uri, !readOnly); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %s: volume attribute %q: %v", req.GetVolumeId(), AttrURI, err)
 	}
@@ -157,6 +161,17 @@ func (s *nodeServer) NodePublishVolume(ctx context.Context, req *csi.NodePublish
 	}
 	s.d.log.Info("published", "volume", redactString(req.GetVolumeId()), "uri", mreq.URI, "target", mreq.Target,
 		"read_only", mreq.ReadOnly, "credentials", creds)
+	if spec.warm {
+		// Started, not waited for: it runs in the node, through this
+		// mount (its credentials, its shared tier), and stops with it.
+		// A warm-up that cannot start leaves the volume published: it
+		// reads as any other, cold.
+		if st, err := warmer.Warm(ctx, node.WarmRequest{Target: mreq.Target}); err != nil {
+			s.d.log.Warn("warm-up at publish not started", "volume", redactString(req.GetVolumeId()), "target", mreq.Target, "err", err)
+		} else {
+			s.d.log.Info("warm-up at publish started", "volume", redactString(req.GetVolumeId()), "target", mreq.Target, "warm", st.ID)
+		}
+	}
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 

@@ -27,6 +27,7 @@ import (
 // and the provisioner reach it, mounting through an in-process node.
 type plugin struct {
 	node       csi.NodeClient
+	n          *node.Node // the in-process node it mounts through
 	controller csi.ControllerClient
 	log        *syncBuffer
 	kubelet    string // the kubelet root
@@ -82,7 +83,7 @@ func startTrustPlugin(t *testing.T, opt Options) *plugin {
 			t.Logf("plugin log:\n%s", p.log)
 		}
 	})
-	p.node, p.controller = csi.NewNodeClient(conn), csi.NewControllerClient(conn)
+	p.node, p.controller, p.n = csi.NewNodeClient(conn), csi.NewControllerClient(conn), n
 	return p
 }
 

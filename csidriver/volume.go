@@ -63,6 +63,12 @@ const (
 	// its service-account token (IRSA): AssumeRoleWithWebIdentity. The
 	// token is the pod's for audience Options.S3Audience.
 	AttrS3RoleARN = "s3-role-arn"
+	// AttrWarm "true" warms an input volume's cache at publish: its data
+	// is fetched into the node's cache (and the shared tier it reads
+	// through) in the background, with the volume's own credentials;
+	// publish is not held for it, and `mlfsd cache du` shows its progress.
+	// "false" (the default) does not.
+	AttrWarm = "warm"
 )
 
 // Audiences of the service-account tokens the CSIDriver object asks for.
@@ -100,6 +106,8 @@ type volumeSpec struct {
 	options map[string]string // mount options by table name (validated)
 	// Roles the pod assumes with its service-account token.
 	ossRole, ossProvider, s3Role string
+	// warm: warm the volume's cache at publish (AttrWarm).
+	warm bool
 }
 
 // parseAttributes reads a volume's attributes. Any bad value is an error
@@ -145,11 +153,23 @@ func parseAttributes(attrs map[string]string, extra ...string) (volumeSpec, erro
 		case k == AttrS3RoleARN:
 			s.s3Role = attrs[k]
 			continue
+		case k == AttrWarm:
+			switch v := attrs[k]; v {
+			case "true":
+				s.warm = true
+			case "false":
+			default:
+				return s, fmt.Errorf("volume attribute %q: %q is neither \"true\" nor \"false\"", AttrWarm, v)
+			}
+			continue
 		}
 		s.options[k] = attrs[k]
 	}
 	if err := validateOptions(s.options); err != nil {
 		return s, err
+	}
+	if s.warm && s.output {
+		return s, fmt.Errorf("volume attribute %q: only an input volume is cached, and this one is an output (%s: %q)", AttrWarm, AttrMode, ModeOutput)
 	}
 	if (s.ossRole == "") != (s.ossProvider == "") {
 		return s, fmt.Errorf("volume attributes %q and %q go together (RRSA): one is missing", AttrOSSRoleARN, AttrOSSOIDCProviderARN)

@@ -142,5 +142,10 @@ func TestTakenOverMountRunsWithFreshOptions(t *testing.T) {
 		if fresh.set.Shared.URI == opts["shared-cache"] {
 			t.Errorf("the tier %s was not resolved against the NAS roots", fresh.set.Shared.URI)
 		}
+		// An input's source is what `mlfsd cache du` names its dataset by
+		// and `cache warm --target` reads through.
+		if taken.req.ReadOnly && (taken.source == nil || fresh.source == nil || taken.source.ID() != fresh.source.ID()) {
+			t.Errorf("%s: the input's source taken over: %v, fresh: %v", taken.req.Target, taken.source, fresh.source)
+		}
 	}
 }

@@ -153,6 +153,8 @@ type Node struct {
 
 	cacheMu sync.Mutex
 	cache   *cache.Cache // GUARDED_BY(cacheMu): made by the first input mount
+	// warms are the cache warm-ups running or recently done (warm.go).
+	warms *warmJobs
 
 	mu     sync.Mutex
 	mounts map[string]*mount // GUARDED_BY(mu): by target, including mounts under way
@@ -190,6 +192,7 @@ type mount struct {
 	srv            *mfs.Server
 	store          *writeback.Store // outputs
 	view           *cache.View      // inputs: this mount's view of the node's cache
+	source         backends.Backend // inputs: what the cache reads from (through the shared tier, if any)
 	metrics        *mountMetrics
 	releaseBackend func()
 	done           chan struct{} // closed once unmounted and released
@@ -250,7 +253,8 @@ func New(ctx context.Context, opt Options) (*Node, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{opt: opt, log: opt.Log, pool: newBackendPool(opt.Log), mounts: map[string]*mount{}, waiting: map[string]stateMount{}}
+	n := &Node{opt: opt, log: opt.Log, pool: newBackendPool(opt.Log), mounts: map[string]*mount{}, waiting: map[string]stateMount{},
+		warms: newWarmJobs()}
 	n.reg = newNodeRegistry(n)
 	n.shared = newSharedTiers(n.log, n.reg)
 	if opt.OpenCache {
@@ -389,14 +393,14 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (_ MountInfo, err er
 // nas:// shared cache tier in its options (the node writes the tier).
 // It returns the channel and the settings with those paths resolved, so
 // that a link changed after the check does not move the mount.
-func (n *Node) checkNASRoots(req MountRequest, u backends.URI, set Settings) (backends.URI, Settings, error) {
+func (n *Node) checkNASRoots(what string, req MountRequest, u backends.URI, set Settings) (backends.URI, Settings, error) {
 	p := n.opt.NASRoots
 	if p == nil {
 		return u, set, nil
 	}
 	u, err := p.Check(u, !req.ReadOnly)
 	if err != nil {
-		return u, set, fmt.Errorf("mount %s: %w", req.Target, err)
+		return u, set, fmt.Errorf("%s: %w", what, err)
 	}
 	if tier, ok := req.Options["shared-cache"]; ok && tier != "" {
 		tu, err := backends.ParseURI(tier)
@@ -404,7 +408,7 @@ func (n *Node) checkNASRoots(req MountRequest, u backends.URI, set Settings) (ba
 			return u, set, err
 		}
 		if tu, err = p.Check(tu, true); err != nil {
-			return u, set, fmt.Errorf("mount %s: shared cache tier: %w", req.Target, err)
+			return u, set, fmt.Errorf("%s: shared cache tier: %w", what, err)
 		}
 		set.Shared.URI = tu.String()
 	}
@@ -427,7 +431,7 @@ func (n *Node) mountSettings(req MountRequest) (backends.URI, Settings, error) {
 	if !req.ReadOnly && !u.IsDir() {
 		return u, set, fmt.Errorf("output channel %s must be a directory URI (end it with '/')", u)
 	}
-	return n.checkNASRoots(req, u, set)
+	return n.checkNASRoots("mount "+req.Target, req, u, set)
 }
 
 // built is a mount made ready to be served, by buildMount, the same for a
@@ -474,6 +478,7 @@ func (n *Node) buildMount(ctx context.Context, m *mount, u backends.URI, set Set
 			release()
 			return bm, err
 		}
+		m.source = bm.in
 		attrs, err := set.Access.Attrs()
 		if err != nil {
 			release()
@@ -930,6 +935,7 @@ func (n *Node) Close(ctx context.Context) error {
 		targets = append(targets, t)
 	}
 	n.mu.Unlock()
+	n.warms.stop() // before the mounts, cache and tiers they read through
 	var errs []error
 	var mu sync.Mutex
 	var wg sync.WaitGroup

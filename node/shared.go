@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
 
@@ -129,4 +130,27 @@ func (s *sharedTiers) close() error {
 		delete(s.tiers, uri)
 	}
 	return errors.Join(errs...)
+}
+
+// usage returns each tier's bytes (by the node's count) and what the node
+// wrote to it, by dataset.
+func (s *sharedTiers) usage() []SharedTierUsage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]SharedTierUsage, 0, len(s.tiers))
+	for uri, st := range s.tiers {
+		out = append(out, SharedTierUsage{URI: uri, Bytes: st.t.Used(), WrittenBytes: st.t.WrittenBySource()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].URI < out[j].URI })
+	return out
+}
+
+// tier returns the open tier of uri, nil if none ("" or not opened).
+func (s *sharedTiers) tier(uri string) *sharedcache.Tier {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.tiers[uri]; ok {
+		return st.t
+	}
+	return nil
 }

@@ -163,6 +163,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newMountCmd(a),
 		newUmountCmd(a),
 		newStatusCmd(a),
+		newCacheCmd(a), // cachecmd.go
 		newDaemonCmd(a),
 		newRunCmd(a),
 		newEnvCmd(a),

@@ -10,6 +10,11 @@
 //	POST /v1/drain    UnmountRequest -> {}
 //	GET  /v1/mounts                  -> []node.MountInfo
 //	GET  /v1/status                  -> []node.MountStatus
+//	GET  /v1/cache                   -> node.CacheUsage
+//	POST /v1/cache/clear  ClearRequest   -> node.ClearResult
+//	POST /v1/cache/warm   WarmRequest    -> node.WarmStatus (started)
+//	GET  /v1/cache/warm/{id}         -> node.WarmStatus
+//	POST /v1/cache/warm/{id}/cancel  -> node.WarmStatus
 //
 // An error is a non-2xx status with {"error": "...", "code": "..."}; the
 // code names the node error it is of (not_mounted, target_busy,
@@ -50,6 +55,30 @@ func wireCredentials(c node.Credentials) *Credentials {
 	}
 	return &Credentials{Credentials: c}
 }
+
+// WarmRequest is the body of POST /v1/cache/warm: node.WarmRequest with
+// its credentials on the wire.
+type WarmRequest struct {
+	URI         string            `json:"uri,omitempty"`
+	Files       []string          `json:"files,omitempty"`
+	Parallel    int               `json:"parallel,omitempty"`
+	Target      string            `json:"target,omitempty"`
+	Options     map[string]string `json:"options,omitempty"`
+	Credentials *Credentials      `json:"credentials,omitempty"`
+}
+
+// ClearRequest is the body of POST /v1/cache/clear: node.ClearRequest
+// with its credentials on the wire.
+type ClearRequest struct {
+	URI         string            `json:"uri,omitempty"`
+	Shared      bool              `json:"shared,omitempty"`
+	Options     map[string]string `json:"options,omitempty"`
+	Credentials *Credentials      `json:"credentials,omitempty"`
+}
+
+// maxWarmBody bounds the body of a warm-up request, which may carry a
+// file list: about a million keys of 60 bytes.
+const maxWarmBody = 64 << 20
 
 // UnmountRequest is the body of POST /v1/unmount and /v1/drain.
 type UnmountRequest struct {

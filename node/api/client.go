@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -309,6 +310,47 @@ func (c *Client) List(ctx context.Context) ([]node.MountInfo, error) {
 func (c *Client) Status(ctx context.Context) ([]node.MountStatus, error) {
 	var out []node.MountStatus
 	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &out)
+	return out, err
+}
+
+// CacheUsage returns what the daemon's cache holds (`mlfsd cache du`).
+func (c *Client) CacheUsage(ctx context.Context) (node.CacheUsage, error) {
+	var out node.CacheUsage
+	err := c.do(ctx, http.MethodGet, "/v1/cache", nil, &out)
+	return out, err
+}
+
+// ClearCache drops the daemon's cached data of the datasets req names.
+func (c *Client) ClearCache(ctx context.Context, req node.ClearRequest) (node.ClearResult, error) {
+	var out node.ClearResult
+	err := c.do(ctx, http.MethodPost, "/v1/cache/clear", ClearRequest{URI: req.URI, Shared: req.Shared, Options: req.Options,
+		Credentials: wireCredentials(req.Credentials)}, &out)
+	return out, err
+}
+
+// Warm starts a warm-up of the daemon's cache and returns its first
+// status; WarmStatus follows it. A relative target is made absolute here.
+func (c *Client) Warm(ctx context.Context, req node.WarmRequest) (node.WarmStatus, error) {
+	var out node.WarmStatus
+	if req.Target != "" {
+		req.Target = absTarget(req.Target)
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/cache/warm", WarmRequest{URI: req.URI, Files: req.Files, Parallel: req.Parallel,
+		Target: req.Target, Options: req.Options, Credentials: wireCredentials(req.Credentials)}, &out)
+	return out, err
+}
+
+// WarmStatus returns the progress of the daemon's warm-up id.
+func (c *Client) WarmStatus(ctx context.Context, id string) (node.WarmStatus, error) {
+	var out node.WarmStatus
+	err := c.do(ctx, http.MethodGet, "/v1/cache/warm/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+// CancelWarm stops the daemon's warm-up id.
+func (c *Client) CancelWarm(ctx context.Context, id string) (node.WarmStatus, error) {
+	var out node.WarmStatus
+	err := c.do(ctx, http.MethodPost, "/v1/cache/warm/"+url.PathEscape(id)+"/cancel", nil, &out)
 	return out, err
 }
 

@@ -98,6 +98,11 @@ func NewServer(n *node.Node, log *slog.Logger) *Server {
 	mux.HandleFunc("POST /v1/drain", s.drain)
 	mux.HandleFunc("GET /v1/mounts", s.list)
 	mux.HandleFunc("GET /v1/status", s.status)
+	mux.HandleFunc("GET /v1/cache", s.cacheUsage)
+	mux.HandleFunc("POST /v1/cache/clear", s.cacheClear)
+	mux.HandleFunc("POST /v1/cache/warm", s.cacheWarm)
+	mux.HandleFunc("GET /v1/cache/warm/{id}", s.warmStatus)
+	mux.HandleFunc("POST /v1/cache/warm/{id}/cancel", s.warmCancel)
 	s.http = &http.Server{
 		Handler:           s.checkPeer(mux),
 		ReadHeaderTimeout: headerTimeout,
@@ -171,7 +176,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, node.ErrHandingOver):
 		code = http.StatusServiceUnavailable
 		body.Code = codeHandingOver
-	case errors.Is(err, node.ErrNotMounted):
+	case errors.Is(err, node.ErrNotMounted), errors.Is(err, node.ErrNoWarm):
 		code = http.StatusNotFound
 		body.Code = codeNotMounted
 	case errors.Is(err, node.ErrTargetBusy):
@@ -193,11 +198,16 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // decode reads the JSON body of r into v within s.bodyTimeout. A body that
 // does not come in time fails the request, and the connection is closed.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	return s.decodeUpTo(w, r, v, maxBody)
+}
+
+// decodeUpTo is decode of a body of at most limit bytes.
+func (s *Server) decodeUpTo(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
 	rc := http.NewResponseController(w)
 	if err := rc.SetReadDeadline(time.Now().Add(s.bodyTimeout)); err != nil {
 		return fmt.Errorf("reading the request body: %w", err)
 	}
-	d := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
+	d := json.NewDecoder(http.MaxBytesReader(nil, r.Body, limit))
 	d.DisallowUnknownFields()
 	err := d.Decode(v)
 	if err != nil {
@@ -316,4 +326,70 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	reply(w, http.StatusOK, s.n.Status())
+}
+
+func (s *Server) cacheUsage(w http.ResponseWriter, r *http.Request) {
+	reply(w, http.StatusOK, s.n.CacheUsage())
+}
+
+func (s *Server) cacheClear(w http.ResponseWriter, r *http.Request) {
+	var req ClearRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	nr := node.ClearRequest{URI: req.URI, Shared: req.Shared, Options: req.Options}
+	if req.Credentials != nil {
+		nr.Credentials = req.Credentials.Credentials
+	}
+	s.log.Info("api: cache clear", "uri", req.URI, "shared", req.Shared, "credentials", nr.Credentials)
+	res, err := s.n.ClearCache(r.Context(), nr)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	reply(w, http.StatusOK, res)
+}
+
+func (s *Server) cacheWarm(w http.ResponseWriter, r *http.Request) {
+	var req WarmRequest
+	if err := s.decodeUpTo(w, r, &req, maxWarmBody); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Target != "" {
+		if err := checkTarget("warm", req.Target); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	nr := node.WarmRequest{URI: req.URI, Files: req.Files, Parallel: req.Parallel, Target: req.Target, Options: req.Options}
+	if req.Credentials != nil {
+		nr.Credentials = req.Credentials.Credentials
+	}
+	s.log.Info("api: cache warm", "uri", req.URI, "target", req.Target, "files", len(req.Files), "parallel", req.Parallel, "credentials", nr.Credentials)
+	st, err := s.n.Warm(r.Context(), nr)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	reply(w, http.StatusOK, st)
+}
+
+func (s *Server) warmStatus(w http.ResponseWriter, r *http.Request) {
+	st, err := s.n.WarmStatus(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	reply(w, http.StatusOK, st)
+}
+
+func (s *Server) warmCancel(w http.ResponseWriter, r *http.Request) {
+	st, err := s.n.CancelWarm(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	reply(w, http.StatusOK, st)
 }
