@@ -85,6 +85,9 @@ func TestAPINeverLogsCredentials(t *testing.T) {
 	})
 	c := NewClient(sock)
 	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	secrets := []string{"oss-s3cret", "oss-sts-t0ken", "eyJ-oidc-t0ken", "s3-s3cret", "s3-sess-t0ken", "eyJ-web-t0ken"}
 	for i, cr := range []node.Credentials{
 		{OSSAccessKeyID: "LTAI-id", OSSAccessKeySecret: secrets[0], OSSSecurityToken: secrets[1],

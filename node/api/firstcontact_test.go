@@ -236,6 +236,10 @@ func mountAsNobody(t *testing.T) (msg, cause string) {
 	if err := os.Mkdir(filepath.Join(dir, "staging"), 0o777); err != nil {
 		t.Fatal(err)
 	}
+	// An empty input is refused before any mounting; this one holds a file.
+	if err := os.WriteFile(filepath.Join(dir, "data", "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	exe, err := os.ReadFile(os.Args[0])
 	if err != nil {
 		t.Fatal(err)

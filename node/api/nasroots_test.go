@@ -26,6 +26,9 @@ func TestDaemonRefusesNASRootNotAllowed(t *testing.T) {
 	if err := os.Symlink("/etc", filepath.Join(data, "etc")); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(data, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	policy, err := nasroots.Parse([]string{data + ":ro"})
 	if err != nil {
 		t.Fatal(err)

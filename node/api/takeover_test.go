@@ -110,6 +110,9 @@ func TestClientRetriesAcrossTakeover(t *testing.T) {
 func TestClientRetriedUnmountNotHeldFails(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "api.sock")
 	src, mnt := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	requests, stopOld := frozenServer(t, sock, func(n *node.Node) {
 		if _, err := n.Mount(t.Context(), node.MountRequest{URI: "nas://" + src + "/", Target: mnt, ReadOnly: true}); err != nil {
 			t.Fatal(err)
