@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"path"
 	"runtime"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -63,9 +61,11 @@ type inputFS struct {
 	// be served as the kernel was told, by passthrough or not.
 	replay *replayOpen
 
-	// Listings live here rather than in the nodes: the kernel may forget an
-	// inode at any time (go-fuse then drops the node), and a directory must
-	// still be listed from the backend only once per mount.
+	// Listings live here rather than in the nodes: those of subdirectories
+	// fetched ahead of a walk (listAheadOf) have no node yet. A listing
+	// goes when the kernel forgets its directory (inDir.OnForget), so a
+	// tree the kernel dropped (drop_caches, memory pressure) holds no
+	// memory for it; looking it up again asks the store again.
 	mu       sync.Mutex
 	listings map[string]*listing // GUARDED_BY(mu); key of the directory -> listing
 
@@ -103,11 +103,20 @@ const listAheadRequests = 8
 // a directory of a million subdirectories does not list them all.
 const listAheadDirs = 1024
 
+// listAfterLookups is how many names of one directory are looked up in
+// the store, one at a time (inDir.lookupInfo), before its listing is
+// fetched in the background: a job opening the files of a directory it did
+// not list then pays a LIST per thousand names, not a request per name,
+// while its first file never waits for the listing.
+const listAfterLookups = 32
+
 // listing is one directory's entries, fetched once.
 type listing struct {
-	mu      sync.Mutex
-	loaded  bool                           // GUARDED_BY(mu)
-	entries map[string]backends.ObjectInfo // GUARDED_BY(mu); immutable once loaded
+	mu   sync.Mutex              // held while the listing is fetched
+	list atomic.Pointer[dirList] // nil until fetched; immutable then
+	// lookups counts the names looked up in the store while the listing
+	// was not there (listAfterLookups).
+	lookups atomic.Int32
 }
 
 // listingOf returns the (possibly not yet loaded) listing of directory key.
@@ -152,9 +161,11 @@ func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (go
 		return nil, fmt.Errorf("input %s%s is a directory; end the URI with '/' to mount a directory channel", b.ID(), opt.Key)
 	}
 	f.owned = info.Owned
-	l := f.listingOf("")
-	l.entries = map[string]backends.ObjectInfo{path.Base(opt.Key): info}
-	l.loaded = true
+	one, err := newDirList([]string{path.Base(opt.Key)}, []backends.ObjectInfo{info}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("input %s%s: %w", b.ID(), opt.Key, err)
+	}
+	f.listingOf("").list.Store(one)
 	return &inDir{fsys: f, info: backends.ObjectInfo{IsDir: true, ModTime: info.ModTime}}, nil
 }
 
@@ -205,7 +216,8 @@ func inputMountOptions(b backends.Backend, f *inputFS, opt InputOptions, mopt Mo
 }
 
 // inDir is a directory of the input tree. Its listing is fetched from the
-// backend once, on first use, and kept for the life of the mount.
+// backend once, when first read, and kept until the kernel forgets the
+// directory; a name looked up before that is asked of the store alone.
 type inDir struct {
 	gofs.Inode
 	fsys *inputFS
@@ -226,85 +238,105 @@ var (
 	_ = (gofs.NodeSymlinker)((*inDir)(nil))
 	_ = (gofs.NodeLinker)((*inDir)(nil))
 	_ = (gofs.NodeSetattrer)((*inDir)(nil))
+	_ = (gofs.NodeOnForgetter)((*inDir)(nil))
 )
 
 // listing returns the directory's entries, fetching them on first use.
 // A failed fetch is not cached: the next call tries again.
-func (d *inDir) listing(ctx context.Context) (map[string]backends.ObjectInfo, syscall.Errno) {
+func (d *inDir) listing(ctx context.Context) (*dirList, syscall.Errno) {
 	l := d.fsys.listingOf(d.info.Key)
+	if dl := l.list.Load(); dl != nil {
+		return dl, 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.loaded {
-		return l.entries, 0
+	if dl := l.list.Load(); dl != nil {
+		return dl, 0
 	}
-	entries, err := d.fetch(ctx)
+	dl, err := d.fetch(ctx)
 	if err != nil {
 		return nil, ToErrno(d.fsys.log, "list", d.info.Key, err)
 	}
-	l.entries, l.loaded = entries, true
-	d.fsys.listAheadOf(entries)
-	return entries, 0
+	l.list.Store(dl)
+	d.fsys.listAheadOf(d.info.Key, dl)
+	return dl, 0
 }
 
 // listAheadOf fetches, in the background, the listings of up to
-// listAheadDirs subdirectories among entries that are not listed yet,
-// listAheadRequests at a time: a walk of a wide tree (a loader indexing its
-// dataset, find, du) then pays for the round trips of many directories at
-// once instead of one after another. Only one level ahead of what was
-// listed on demand, so the whole tree is never listed unasked.
-func (f *inputFS) listAheadOf(entries map[string]backends.ObjectInfo) {
+// listAheadDirs subdirectories of the directory dir listed in dl that are
+// not listed yet, listAheadRequests at a time: a walk of a wide tree (a
+// loader indexing its dataset, find, du) then pays for the round trips of
+// many directories at once instead of one after another. Only one level
+// ahead of what was listed on demand, so the whole tree is never listed
+// unasked.
+func (f *inputFS) listAheadOf(dir string, dl *dirList) {
 	var dirs []backends.ObjectInfo
-	for _, info := range entries {
-		if info.IsDir {
-			dirs = append(dirs, info)
-			if len(dirs) == listAheadDirs {
-				break
-			}
+	for i := 0; i < dl.Len() && len(dirs) < listAheadDirs; i++ {
+		if dl.isDir(i) {
+			dirs = append(dirs, dl.info(dir, i))
 		}
 	}
 	if len(dirs) == 0 {
 		return
 	}
-	sort.Slice(dirs, func(i, j int) bool { return dirs[i].Key < dirs[j].Key })
 	go func() {
 		for _, info := range dirs {
 			f.listAhead <- struct{}{}
 			go func() {
 				defer func() { <-f.listAhead }()
-				l := f.listingOf(info.Key)
-				l.mu.Lock()
-				defer l.mu.Unlock()
-				if l.loaded {
-					return
-				}
 				// A failure is not kept: the demand listing tries again.
-				d := &inDir{fsys: f, info: info}
-				if entries, err := d.fetch(context.Background()); err == nil {
-					l.entries, l.loaded = entries, true
-				}
+				f.fill(&inDir{fsys: f, info: info})
 			}()
 		}
 	}()
 }
 
-func (d *inDir) fetch(ctx context.Context) (map[string]backends.ObjectInfo, error) {
+// fill fetches d's listing unless it is there or being fetched.
+func (f *inputFS) fill(d *inDir) {
+	l := f.listingOf(d.info.Key)
+	if !l.mu.TryLock() {
+		return // being fetched
+	}
+	defer l.mu.Unlock()
+	if l.list.Load() != nil {
+		return
+	}
+	if dl, err := d.fetch(context.Background()); err == nil {
+		l.list.Store(dl)
+	}
+}
+
+// forgetListing drops the listing of directory dir, whose node the kernel
+// forgot, and those fetched ahead for its subdirectories: none of them
+// has a node (go-fuse forgets a directory only once it has no children
+// left), so nothing else would ever drop them.
+func (f *inputFS) forgetListing(dir string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.listings[dir]
+	delete(f.listings, dir)
+	if l == nil {
+		return
+	}
+	dl := l.list.Load()
+	if dl == nil || len(f.listings) == 0 {
+		return
+	}
+	for i := range dl.Len() {
+		if dl.isDir(i) {
+			delete(f.listings, childKey(dir, dl.name(i)))
+		}
+	}
+}
+
+// OnForget drops the directory's listing: the kernel has forgotten it
+// (drop_caches, memory pressure) and go-fuse dropped its node.
+func (d *inDir) OnForget() { d.fsys.forgetListing(d.info.Key) }
+
+func (d *inDir) fetch(ctx context.Context) (*dirList, error) {
 	prefix := ""
 	if d.info.Key != "" {
 		prefix = d.info.Key + "/"
-	}
-	entries := make(map[string]backends.ObjectInfo)
-	add := func(info backends.ObjectInfo) {
-		name := strings.TrimSuffix(strings.TrimPrefix(info.Key, prefix), "/")
-		if name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
-			return // the directory's own marker, or a name POSIX cannot show
-		}
-		if old, dup := entries[name]; dup && old.IsDir && !info.IsDir {
-			// An object and a prefix share a name (possible in object stores):
-			// the directory wins so everything under it stays reachable.
-			d.fsys.log.Warn("object shadowed by a directory of the same name", "key", info.Key)
-			return
-		}
-		entries[name] = info
 	}
 	// A wide directory is listed in ranges at once, not page after page:
 	// 100,000 entries are 100 pages, 100 round trips in a row otherwise.
@@ -312,25 +344,65 @@ func (d *inDir) fetch(ctx context.Context) (map[string]backends.ObjectInfo, erro
 	if err != nil {
 		return nil, err
 	}
-	// Objects come in key order, a file before a directory of the same
-	// key, so the directory wins there; prefixes are directories too.
+	names := make([]string, 0, len(page.Objects)+len(page.Prefixes))
+	infos := make([]backends.ObjectInfo, 0, cap(names))
 	for _, o := range page.Objects {
-		add(o)
+		if name := listedName(prefix, o.Key); name != "" {
+			names, infos = append(names, name), append(infos, o)
+		}
 	}
+	// Prefixes are directories too.
 	for _, p := range page.Prefixes {
-		add(backends.ObjectInfo{Key: p, IsDir: true, ModTime: d.info.ModTime})
+		if name := listedName(prefix, p); name != "" {
+			names, infos = append(names, name), append(infos, backends.ObjectInfo{Key: p, IsDir: true, ModTime: d.info.ModTime})
+		}
 	}
-	return entries, nil
+	return newDirList(names, infos, func(info backends.ObjectInfo) {
+		d.fsys.log.Warn("object shadowed by a directory of the same name", "key", info.Key)
+	})
+}
+
+// lookupInfo describes name as the directory's listing shows it: from the
+// listing when it is there, else from the store, asked for that name only
+// (backends.LookupEntry: at most 2 round trips, for a missing name too),
+// so the first byte of a file never waits for the listing of a directory
+// of a million entries. The kernel caches the answer, a missing name too
+// (the mount's negative timeout), for as long as the job runs.
+func (d *inDir) lookupInfo(ctx context.Context, name string) (backends.ObjectInfo, syscall.Errno) {
+	l := d.fsys.listingOf(d.info.Key)
+	if dl := l.list.Load(); dl != nil {
+		i := dl.find(name)
+		if i < 0 {
+			return backends.ObjectInfo{}, syscall.ENOENT
+		}
+		return dl.info(d.info.Key, i), 0
+	}
+	if listedName("", name) != name || name == "" {
+		return backends.ObjectInfo{}, syscall.ENOENT // no listing shows it
+	}
+	if l.lookups.Add(1) == listAfterLookups {
+		go func() {
+			d.fsys.listAhead <- struct{}{}
+			defer func() { <-d.fsys.listAhead }()
+			d.fsys.fill(&inDir{fsys: d.fsys, info: d.info})
+		}()
+	}
+	key := childKey(d.info.Key, name)
+	info, err := backends.LookupEntry(ctx, d.fsys.b, key)
+	if err != nil {
+		return backends.ObjectInfo{}, ToErrno(d.fsys.log, "lookup", key, err)
+	}
+	info.Key = key
+	if info.IsDir && info.ModTime.IsZero() {
+		info.ModTime = d.info.ModTime // as the listing shows a prefix
+	}
+	return info, 0
 }
 
 func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	entries, errno := d.listing(ctx)
+	info, errno := d.lookupInfo(ctx, name)
 	if errno != 0 {
 		return nil, errno
-	}
-	info, ok := entries[name]
-	if !ok {
-		return nil, syscall.ENOENT
 	}
 	if ch := d.GetChild(name); ch != nil {
 		fillAttr(info, &out.Attr)
@@ -352,25 +424,36 @@ func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*g
 }
 
 func (d *inDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	entries, errno := d.listing(ctx)
+	dl, errno := d.listing(ctx)
 	if errno != 0 {
 		return nil, errno
 	}
-	return gofs.NewListDirStream(dirEntries(entries)), 0
+	return &dirStream{l: dl}, 0
 }
 
-// dirEntries is a listing as directory entries, sorted by name.
-func dirEntries(entries map[string]backends.ObjectInfo) []fuse.DirEntry {
-	list := make([]fuse.DirEntry, 0, len(entries))
-	for name, info := range entries {
-		mode := uint32(syscall.S_IFREG)
-		if info.IsDir {
-			mode = syscall.S_IFDIR
-		}
-		list = append(list, fuse.DirEntry{Name: name, Mode: mode})
+// dirStream reads a listing in order.
+type dirStream struct {
+	l   *dirList
+	pos int
+}
+
+func (s *dirStream) HasNext() bool { return s.pos < s.l.Len() }
+
+func (s *dirStream) Next() (fuse.DirEntry, syscall.Errno) {
+	e := dirEntry(s.l, s.pos)
+	s.pos++
+	return e, 0
+}
+
+func (s *dirStream) Close() {}
+
+// dirEntry is entry i of l as a directory entry.
+func dirEntry(l *dirList, i int) fuse.DirEntry {
+	mode := uint32(syscall.S_IFREG)
+	if l.isDir(i) {
+		mode = syscall.S_IFDIR
 	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-	return list
+	return fuse.DirEntry{Name: l.name(i), Mode: mode}
 }
 
 func (d *inDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -386,13 +469,13 @@ func (d *inDir) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandl
 	return &inDirHandle{d: d}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
-// inDirHandle is one open directory: its sorted entries, read in order
+// inDirHandle is one open directory: its listing, read in order
 // (Seekdir moves to an entry by its index).
 type inDirHandle struct {
 	d    *inDir
 	mu   sync.Mutex
-	list []fuse.DirEntry // GUARDED_BY(mu); nil until first read
-	pos  int             // GUARDED_BY(mu)
+	list *dirList // GUARDED_BY(mu); nil until first read
+	pos  int      // GUARDED_BY(mu)
 }
 
 var (
@@ -404,11 +487,11 @@ func (h *inDirHandle) load(ctx context.Context) syscall.Errno {
 	if h.list != nil {
 		return 0
 	}
-	entries, errno := h.d.listing(ctx)
+	dl, errno := h.d.listing(ctx)
 	if errno != 0 {
 		return errno
 	}
-	h.list = dirEntries(entries)
+	h.list = dl
 	return 0
 }
 
@@ -418,10 +501,10 @@ func (h *inDirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.E
 	if errno := h.load(ctx); errno != 0 {
 		return nil, errno
 	}
-	if h.pos >= len(h.list) {
+	if h.pos >= h.list.Len() {
 		return nil, 0
 	}
-	e := h.list[h.pos]
+	e := dirEntry(h.list, h.pos)
 	h.pos++
 	e.Off = uint64(h.pos) // the offset Seekdir continues after e from
 	return &e, 0
@@ -433,7 +516,7 @@ func (h *inDirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	if errno := h.load(ctx); errno != 0 {
 		return errno
 	}
-	h.pos = int(min(off, uint64(len(h.list))))
+	h.pos = int(min(off, uint64(h.list.Len())))
 	return 0
 }
 

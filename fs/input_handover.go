@@ -27,11 +27,9 @@ func (f *inputFS) exportState() (json.RawMessage, error) {
 	f.mu.Unlock()
 	st := inputState{Listings: make(map[string]map[string]backends.ObjectInfo, len(ls))}
 	for k, l := range ls {
-		l.mu.Lock()
-		if l.loaded {
-			st.Listings[k] = l.entries // immutable once loaded
+		if dl := l.list.Load(); dl != nil {
+			st.Listings[k] = dl.entries(k)
 		}
-		l.mu.Unlock()
 	}
 	return json.Marshal(st)
 }
@@ -46,10 +44,11 @@ func (f *inputFS) seedState(raw json.RawMessage) error {
 		return fmt.Errorf("input tree state: %w", err)
 	}
 	for k, entries := range st.Listings {
-		l := f.listingOf(k)
-		l.mu.Lock()
-		l.entries, l.loaded = entries, true
-		l.mu.Unlock()
+		dl, err := dirListOf(entries)
+		if err != nil {
+			return fmt.Errorf("input tree state: directory %q: %w", k, err)
+		}
+		f.listingOf(k).list.Store(dl)
 	}
 	return nil
 }
