@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -72,6 +73,10 @@ type inputFS struct {
 	// listAhead bounds the listings of subdirectories fetched ahead of a
 	// walk (see inDir.listAhead).
 	listAhead chan struct{}
+	// dropped counts the entries of the listings dropped since memory was
+	// last given back (releaseMemory); releasing: a release is due.
+	dropped   atomic.Int64
+	releasing atomic.Bool
 
 	// keepOpens: never turn no-open (InputOptions.KeepOpens).
 	keepOpens bool
@@ -319,14 +324,43 @@ func (f *inputFS) forgetListing(dir string) {
 		return
 	}
 	dl := l.list.Load()
-	if dl == nil || len(f.listings) == 0 {
+	if dl == nil {
 		return
 	}
+	f.dropped.Add(int64(dl.Len()))
+	f.releaseMemory()
 	for i := range dl.Len() {
 		if dl.isDir(i) {
 			delete(f.listings, childKey(dir, dl.name(i)))
 		}
 	}
+}
+
+// releaseEntries is how many listing entries must have been dropped
+// (forgetListing) before the tree gives the memory they held back to the
+// system. The runtime would otherwise keep it until its next collection
+// (up to 2 minutes on an idle daemon) and return it slowly after that: a
+// node's RSS, which its pods are billed and limited by, would stay high
+// long after the kernel dropped the tree (drop_caches, memory pressure).
+const releaseEntries = 10_000
+
+// releaseDelay gathers the FORGETs of one drop of the kernel's caches
+// (they come one by one, in batches) into one release.
+const releaseDelay = time.Second
+
+// releaseMemory gives memory back to the system once releaseEntries
+// listing entries were dropped, releaseDelay after the drop that crossed
+// it: a full collection (which frees the dropped listings and nodes) and
+// a return of the free pages, at most once per releaseDelay.
+func (f *inputFS) releaseMemory() {
+	if f.dropped.Load() < releaseEntries || !f.releasing.CompareAndSwap(false, true) {
+		return
+	}
+	time.AfterFunc(releaseDelay, func() {
+		f.dropped.Store(0)
+		f.releasing.Store(false)
+		debug.FreeOSMemory()
+	})
 }
 
 // OnForget drops the directory's listing: the kernel has forgotten it
