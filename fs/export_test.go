@@ -26,3 +26,6 @@ func InputNodes(s *Server) (nodes, listings int) {
 	defer f.mu.Unlock()
 	return nodes, len(f.listings)
 }
+
+// PlusNodesMax is plusNodesMax.
+const PlusNodesMax = plusNodesMax

@@ -73,6 +73,9 @@ type inputFS struct {
 	// listAhead bounds the listings of subdirectories fetched ahead of a
 	// walk (see inDir.listAhead).
 	listAhead chan struct{}
+	// nodes counts the nodes of the tree (files and directories looked
+	// up, the root aside) the kernel has not forgotten (plusNodesMax).
+	nodes atomic.Int64
 	// dropped counts the entries of the listings dropped since memory was
 	// last given back (releaseMemory); releasing: a release is due.
 	dropped   atomic.Int64
@@ -114,6 +117,18 @@ const listAheadDirs = 1024
 // not list then pays a LIST per thousand names, not a request per name,
 // while its first file never waits for the listing.
 const listAfterLookups = 32
+
+// plusNodesMax bounds the nodes a mount creates ahead of the program's
+// asking: those of READDIRPLUS, which hands the kernel a node (about 600
+// bytes of the daemon's memory, until the kernel forgets it) for every
+// listed name whether the program looks at it or not. Past it, listings
+// go to the kernel as names only, and a name the program then looks up
+// (stat, open) costs a LOOKUP answered from the listing. 16,384 nodes are
+// about 10 MB: a `find` or os.walk over millions of objects then holds
+// the listings only (under 100 bytes an entry), while `ls -l` of a
+// directory, or of many at first, finds its attributes in the listing's
+// own reply.
+const plusNodesMax = 16_384
 
 // listing is one directory's entries, fetched once.
 type listing struct {
@@ -196,6 +211,10 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 // the NAS.
 func inputMountOptions(b backends.Backend, f *inputFS, opt InputOptions, mopt MountOptions) MountOptions {
 	mopt.ReadOnly = true
+	// A walk of a wide tree (find, a loader listing its dataset) reads
+	// names only: a node per entry would cost the daemon about 600 bytes
+	// each until the kernel forgets them (issue 31).
+	mopt.ReaddirPlusAuto = true
 	if f.owned {
 		mopt.DefaultPermissions = true
 	}
@@ -365,7 +384,12 @@ func (f *inputFS) releaseMemory() {
 
 // OnForget drops the directory's listing: the kernel has forgotten it
 // (drop_caches, memory pressure) and go-fuse dropped its node.
-func (d *inDir) OnForget() { d.fsys.forgetListing(d.info.Key) }
+func (d *inDir) OnForget() {
+	if d.info.Key != "" {
+		d.fsys.nodes.Add(-1)
+	}
+	d.fsys.forgetListing(d.info.Key)
+}
 
 func (d *inDir) fetch(ctx context.Context) (*dirList, error) {
 	prefix := ""
@@ -454,6 +478,7 @@ func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*g
 	if dp := d.Path(nil); dp != "" {
 		p = dp + "/" + name
 	}
+	d.fsys.nodes.Add(1)
 	return d.NewInode(ctx, node, gofs.StableAttr{Mode: mode, Ino: d.fsys.inos.ino(p)}), 0
 }
 
@@ -515,7 +540,21 @@ type inDirHandle struct {
 var (
 	_ = (gofs.FileReaddirenter)((*inDirHandle)(nil))
 	_ = (gofs.FileSeekdirer)((*inDirHandle)(nil))
+	_ = (gofs.FileLookuper)((*inDirHandle)(nil))
 )
+
+// Lookup answers one entry of a READDIRPLUS: with its node, which the
+// kernel then holds, unless the mount holds plusNodesMax nodes already
+// and the entry has none; then it fails, and go-fuse sends the name with
+// node ID 0, which the kernel lists without a node (fuse_direntplus_link:
+// "the userspace filesystem did not want to return attributes"), so a
+// later stat of it is a LOOKUP.
+func (h *inDirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if h.d.GetChild(name) == nil && h.d.fsys.nodes.Load() >= plusNodesMax {
+		return nil, syscall.ENOENT
+	}
+	return h.d.Lookup(ctx, name, out)
+}
 
 func (h *inDirHandle) load(ctx context.Context) syscall.Errno {
 	if h.list != nil {
@@ -771,6 +810,7 @@ func (f *inFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off 
 
 // OnForget closes the shared handle of a file the kernel forgot.
 func (f *inFile) OnForget() {
+	f.fsys.nodes.Add(-1)
 	f.mu.Lock()
 	h := f.shared
 	if f.sharedRefs == 0 && h != nil {
