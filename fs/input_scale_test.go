@@ -110,7 +110,7 @@ func TestInputForgetFreesNodes(t *testing.T) {
 	syn := ossemu.Synthetic{N: n, FanOut: fan, Size: 100}
 	_, b := syntheticOSS(t, syn)
 	mnt := t.TempDir()
-	srv, err := mfs.MountInput(mnt, b, mfs.InputOptions{}, mfs.MountOptions{})
+	srv, count, err := mfs.MountInputCounted(mnt, b, mfs.InputOptions{})
 	if err != nil {
 		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
 	}
@@ -138,7 +138,7 @@ func TestInputForgetFreesNodes(t *testing.T) {
 	if files := walk(); files != n {
 		t.Fatalf("walk found %d files, want %d", files, n)
 	}
-	nodes, listings := mfs.InputNodes(srv)
+	nodes, listings := count()
 	if nodes < n {
 		t.Fatalf("%d nodes after a walk of %d files", nodes, n)
 	}
@@ -149,7 +149,7 @@ func TestInputForgetFreesNodes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("drop_caches: %v: %s", err, out)
 		}
-		nodes, listings = mfs.InputNodes(srv)
+		nodes, listings = count()
 		return nodes == 0 && listings == 1
 	}, "the kernel forgetting the tree: nodes and listings left, want none but the root's listing")
 	if files := walk(); files != n {
@@ -167,7 +167,7 @@ func TestInputReaddirPlusBounded(t *testing.T) {
 	syn := ossemu.Synthetic{N: n, FanOut: fan, Size: 77}
 	_, b := syntheticOSS(t, syn)
 	mnt := t.TempDir()
-	srv, err := mfs.MountInput(mnt, b, mfs.InputOptions{}, mfs.MountOptions{})
+	srv, count, err := mfs.MountInputCounted(mnt, b, mfs.InputOptions{})
 	if err != nil {
 		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
 	}
@@ -190,7 +190,7 @@ func TestInputReaddirPlusBounded(t *testing.T) {
 	}
 	top, err := os.ReadDir(mnt)
 	must(t, err)
-	nodes, _ := mfs.InputNodes(srv)
+	nodes, _ := count()
 	t.Logf("%d entries listed, %d nodes held", n, nodes)
 	if nodes > mfs.PlusNodesMax+len(top) {
 		t.Fatalf("%d nodes after a names-only walk of %d entries, want at most %d", nodes, n, mfs.PlusNodesMax+len(top))
