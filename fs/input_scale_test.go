@@ -203,3 +203,42 @@ func TestInputReaddirPlusBounded(t *testing.T) {
 		t.Fatalf("stat %s after the walk: %v, %v; want a file of %d bytes", last, fi, err, syn.Size)
 	}
 }
+
+// TestInputManyLookupsListTheDirectory: a program opening file after file
+// of a directory it never listed pays a request per name only for the
+// first names: then the directory's listing is fetched in the background,
+// and later names cost no request at all.
+func TestInputManyLookupsListTheDirectory(t *testing.T) {
+	const n = 5000
+	syn := ossemu.Synthetic{N: n, Size: 10}
+	srv, b := syntheticOSS(t, syn)
+	mnt := testMount(t, b, mfs.InputOptions{})
+	requests := func() int64 { return srv.Stats()["requests"] }
+	for i := range 40 {
+		fi, err := os.Stat(filepath.Join(mnt, ossemu.SyntheticKey(syn, int64(i*100))))
+		if err != nil || fi.Size() != syn.Size {
+			t.Fatalf("stat of object %d: %v, %v", i*100, fi, err)
+		}
+	}
+	// The listing: 5 pages of 1,000, in ranges.
+	probe := int64(n)
+	testwait.Eventually(t, func() bool {
+		probe-- // a name the kernel has not seen yet
+		before := requests()
+		_, err := os.Stat(filepath.Join(mnt, ossemu.SyntheticKey(syn, probe)))
+		must(t, err)
+		return requests() == before
+	}, "a lookup answered from the directory's listing, fetched in the background")
+	before := requests()
+	for i := range 200 {
+		if _, err := os.Stat(filepath.Join(mnt, ossemu.SyntheticKey(syn, int64(i*23+1)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "f99999")); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("stat of a missing name: %v", err)
+	}
+	if cost := requests() - before; cost != 0 {
+		t.Fatalf("200 lookups after the listing cost %d requests, want none", cost)
+	}
+}
