@@ -138,6 +138,12 @@ type listing struct {
 	// lookups counts the names looked up in the store while the listing
 	// was not there (listAfterLookups).
 	lookups atomic.Int32
+	// known holds the names a daemon handing the tree over had looked up
+	// in the store while the listing was not there (inputState.Known): the
+	// kernel holds them, and they are looked up again from here, not the
+	// store. Set before the tree serves (seedState), immutable then; nil
+	// when none.
+	known map[string]backends.ObjectInfo
 }
 
 // listingOf returns the (possibly not yet loaded) listing of directory key.
@@ -433,6 +439,9 @@ func (d *inDir) lookupInfo(ctx context.Context, name string) (backends.ObjectInf
 	}
 	if listedName("", name) != name || name == "" {
 		return backends.ObjectInfo{}, syscall.ENOENT // no listing shows it
+	}
+	if info, ok := l.known[name]; ok {
+		return info, 0
 	}
 	if l.lookups.Add(1) == listAfterLookups {
 		go func() {

@@ -17,11 +17,16 @@ import (
 type inputState struct {
 	// Listings: directory key -> name -> entry, for the loaded ones.
 	Listings map[string]map[string]backends.ObjectInfo `json:"listings"`
+	// Known: directory key -> name -> entry, for the names the kernel
+	// holds in directories not listed (each looked up in the store
+	// alone): the new daemon looks them up again from here.
+	Known map[string]map[string]backends.ObjectInfo `json:"known,omitempty"`
 }
 
-// exportState describes the tree's listings; the tree is frozen (no
-// listing is being fetched).
-func (f *inputFS) exportState() (json.RawMessage, error) {
+// exportState describes the tree's listings, and the nodes the kernel
+// holds in directories not listed; the tree is frozen (no listing is being
+// fetched, no node made).
+func (f *inputFS) exportState(root *inDir) (json.RawMessage, error) {
 	f.mu.Lock()
 	ls := make(map[string]*listing, len(f.listings))
 	for k, l := range f.listings {
@@ -34,6 +39,32 @@ func (f *inputFS) exportState() (json.RawMessage, error) {
 			st.Listings[k] = dl.entries(k)
 		}
 	}
+	var walk func(d *inDir)
+	walk = func(d *inDir) {
+		for name, ch := range d.Children() {
+			var info backends.ObjectInfo
+			switch n := ch.Operations().(type) {
+			case *inFile:
+				info = n.info
+			case *inDir:
+				info = n.info
+				walk(n)
+			default:
+				continue
+			}
+			if _, listed := st.Listings[d.info.Key]; listed {
+				continue
+			}
+			if st.Known == nil {
+				st.Known = map[string]map[string]backends.ObjectInfo{}
+			}
+			if st.Known[d.info.Key] == nil {
+				st.Known[d.info.Key] = map[string]backends.ObjectInfo{}
+			}
+			st.Known[d.info.Key][name] = info
+		}
+	}
+	walk(root)
 	return json.Marshal(st)
 }
 
@@ -53,6 +84,9 @@ func (f *inputFS) seedState(raw json.RawMessage) error {
 		}
 		f.listingOf(k).list.Store(dl)
 	}
+	for k, entries := range st.Known {
+		f.listingOf(k).known = entries // before the tree serves
+	}
 	return nil
 }
 
@@ -62,7 +96,7 @@ type inputTree struct{ root *inDir }
 
 func (i *inputTree) Root() gofs.InodeEmbedder              { return i.root }
 func (i *inputTree) Inodes() *fuseconn.Inodes              { return i.root.fsys.inos }
-func (i *inputTree) ExportState() (json.RawMessage, error) { return i.root.fsys.exportState() }
+func (i *inputTree) ExportState() (json.RawMessage, error) { return i.root.fsys.exportState(i.root) }
 func (i *inputTree) SeedState(raw json.RawMessage) error   { return i.root.fsys.seedState(raw) }
 
 // Replay: a handle opened again is served as the kernel was told, by
