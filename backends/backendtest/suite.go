@@ -101,6 +101,7 @@ func RunOptions(t *testing.T, newBackend func(t *testing.T) backends.Backend, op
 		{"ListSmallPages", testListSmallPages},
 		{"ListManyKeys", testListManyKeys},
 		{"ListStartAfter", testListStartAfter},
+		{"LookupEntry", testLookupEntry},
 		{"LargeStreamingWrite", testLargeStreamingWrite},
 		{"ConcurrentReaders", testConcurrentReaders},
 		{"ConcurrentWritersSameKey", testConcurrentWritersSameKey},
