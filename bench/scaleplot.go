@@ -75,7 +75,7 @@ func scaleTile(tile string, series []ScaleSeries) (*plot.Plot, error) {
 			lin.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
 			lin.XMin, lin.XMax = x0, xhi
 			p.Add(lin)
-			p.Legend.Add("∝ entries", lin)
+			p.Legend.Add("linear in entries", lin)
 			yhi = max(yhi, y0*xhi/x0)
 		}
 	}
