@@ -207,6 +207,28 @@ type ExclusiveWriter interface {
 	WriteExclusive(ctx context.Context, key string, data []byte) (ObjectInfo, error)
 }
 
+// EntryLooker is implemented by stores that can tell what one name of a
+// directory is without listing the directory: a flat object store, where
+// Stat is a HEAD and then, for a missing object, a LIST to find a
+// directory. LookupEntry describes key as a listing of its directory shows
+// it (where an object and a directory share the name, the directory), in
+// at most 2 round trips whatever the directory's size; a missing key
+// returns an error wrapping ErrNotExist. Use the function LookupEntry,
+// which falls back to Stat for the stores with real directories (NAS,
+// HDFS), where Stat is one round trip already.
+type EntryLooker interface {
+	LookupEntry(ctx context.Context, key string) (ObjectInfo, error)
+}
+
+// LookupEntry describes key as a listing of its directory shows it, asking
+// the store for that name only (EntryLooker), or else with Stat.
+func LookupEntry(ctx context.Context, b Backend, key string) (ObjectInfo, error) {
+	if l, ok := As[EntryLooker](b); ok {
+		return l.LookupEntry(ctx, key)
+	}
+	return b.Stat(ctx, key)
+}
+
 // Unwrapper is implemented by decorators of a Backend (metrics, fault
 // injection), so that the optional interfaces of the backend they wrap stay
 // discoverable through As.

@@ -8,8 +8,7 @@ import (
 	"log/slog"
 	"path"
 	"runtime"
-	"sort"
-	"strings"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -72,15 +71,24 @@ type inputFS struct {
 	// be served as the kernel was told, by passthrough or not.
 	replay *replayOpen
 
-	// Listings live here rather than in the nodes: the kernel may forget an
-	// inode at any time (go-fuse then drops the node), and a directory must
-	// still be listed from the backend only once per mount.
+	// Listings live here rather than in the nodes: those of subdirectories
+	// fetched ahead of a walk (listAheadOf) have no node yet. A listing
+	// goes when the kernel forgets its directory (inDir.OnForget), so a
+	// tree the kernel dropped (drop_caches, memory pressure) holds no
+	// memory for it; looking it up again asks the store again.
 	mu       sync.Mutex
 	listings map[string]*listing // GUARDED_BY(mu); key of the directory -> listing
 
 	// listAhead bounds the listings of subdirectories fetched ahead of a
 	// walk (see inDir.listAhead).
 	listAhead chan struct{}
+	// nodes counts the nodes of the tree (files and directories looked
+	// up, the root aside) the kernel has not forgotten (plusNodesMax).
+	nodes atomic.Int64
+	// dropped counts the entries of the listings dropped since memory was
+	// last given back (releaseMemory); releasing: a release is due.
+	dropped   atomic.Int64
+	releasing atomic.Bool
 
 	// keepOpens: never turn no-open (InputOptions.KeepOpens).
 	keepOpens bool
@@ -112,11 +120,38 @@ const listAheadRequests = 8
 // a directory of a million subdirectories does not list them all.
 const listAheadDirs = 1024
 
+// listAfterLookups is how many names of one directory are looked up in
+// the store, one at a time (inDir.lookupInfo), before its listing is
+// fetched in the background: a job opening the files of a directory it did
+// not list then pays a LIST per thousand names, not a request per name,
+// while its first file never waits for the listing.
+const listAfterLookups = 32
+
+// plusNodesMax bounds the nodes a mount creates ahead of the program's
+// asking: those of READDIRPLUS, which hands the kernel a node (about 600
+// bytes of the daemon's memory, until the kernel forgets it) for every
+// listed name whether the program looks at it or not. Past it, listings
+// go to the kernel as names only, and a name the program then looks up
+// (stat, open) costs a LOOKUP answered from the listing. 16,384 nodes are
+// about 10 MB: a `find` or os.walk over millions of objects then holds
+// the listings only (under 100 bytes an entry), while `ls -l` of a
+// directory, or of many at first, finds its attributes in the listing's
+// own reply.
+const plusNodesMax = 16_384
+
 // listing is one directory's entries, fetched once.
 type listing struct {
-	mu      sync.Mutex
-	loaded  bool                           // GUARDED_BY(mu)
-	entries map[string]backends.ObjectInfo // GUARDED_BY(mu); immutable once loaded
+	mu   sync.Mutex              // held while the listing is fetched
+	list atomic.Pointer[dirList] // nil until fetched; immutable then
+	// lookups counts the names looked up in the store while the listing
+	// was not there (listAfterLookups).
+	lookups atomic.Int32
+	// known holds the names a daemon handing the tree over had looked up
+	// in the store while the listing was not there (inputState.Known): the
+	// kernel holds them, and they are looked up again from here, not the
+	// store. Set before the tree serves (seedState), immutable then; nil
+	// when none.
+	known map[string]backends.ObjectInfo
 }
 
 // listingOf returns the (possibly not yet loaded) listing of directory key.
@@ -165,9 +200,11 @@ func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (go
 		return nil, fmt.Errorf("input %s is a directory; end the URI with '/' to mount a directory channel", name)
 	}
 	f.owned = info.Owned
-	l := f.listingOf("")
-	l.entries = map[string]backends.ObjectInfo{path.Base(opt.Key): info}
-	l.loaded = true
+	one, err := newDirList([]string{path.Base(opt.Key)}, []backends.ObjectInfo{info}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("input %s: %w", name, err)
+	}
+	f.listingOf("").list.Store(one)
 	return &inDir{fsys: f, info: backends.ObjectInfo{IsDir: true, ModTime: info.ModTime}}, nil
 }
 
@@ -188,6 +225,10 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 // the NAS. So does a tree whose owners or modes the mount options set.
 func inputMountOptions(b backends.Backend, f *inputFS, opt InputOptions, mopt MountOptions) MountOptions {
 	mopt.ReadOnly = true
+	// A walk of a wide tree (find, a loader listing its dataset) reads
+	// names only: a node per entry would cost the daemon about 600 bytes
+	// each until the kernel forgets them (issue 31).
+	mopt.ReaddirPlusAuto = true
 	if f.owned || f.attrs.Any() {
 		mopt.DefaultPermissions = true
 	}
@@ -213,7 +254,8 @@ func inputMountOptions(b backends.Backend, f *inputFS, opt InputOptions, mopt Mo
 }
 
 // inDir is a directory of the input tree. Its listing is fetched from the
-// backend once, on first use, and kept for the life of the mount.
+// backend once, when first read, and kept until the kernel forgets the
+// directory; a name looked up before that is asked of the store alone.
 type inDir struct {
 	gofs.Inode
 	fsys *inputFS
@@ -234,85 +276,139 @@ var (
 	_ = (gofs.NodeSymlinker)((*inDir)(nil))
 	_ = (gofs.NodeLinker)((*inDir)(nil))
 	_ = (gofs.NodeSetattrer)((*inDir)(nil))
+	_ = (gofs.NodeOnForgetter)((*inDir)(nil))
 )
 
 // listing returns the directory's entries, fetching them on first use.
 // A failed fetch is not cached: the next call tries again.
-func (d *inDir) listing(ctx context.Context) (map[string]backends.ObjectInfo, syscall.Errno) {
+func (d *inDir) listing(ctx context.Context) (*dirList, syscall.Errno) {
 	l := d.fsys.listingOf(d.info.Key)
+	if dl := l.list.Load(); dl != nil {
+		return dl, 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.loaded {
-		return l.entries, 0
+	if dl := l.list.Load(); dl != nil {
+		return dl, 0
 	}
-	entries, err := d.fetch(ctx)
+	dl, err := d.fetch(ctx)
 	if err != nil {
 		return nil, ToErrno(d.fsys.log, "list", d.info.Key, err)
 	}
-	l.entries, l.loaded = entries, true
-	d.fsys.listAheadOf(entries)
-	return entries, 0
+	l.list.Store(dl)
+	d.fsys.listAheadOf(d.info.Key, dl)
+	return dl, 0
 }
 
 // listAheadOf fetches, in the background, the listings of up to
-// listAheadDirs subdirectories among entries that are not listed yet,
-// listAheadRequests at a time: a walk of a wide tree (a loader indexing its
-// dataset, find, du) then pays for the round trips of many directories at
-// once instead of one after another. Only one level ahead of what was
-// listed on demand, so the whole tree is never listed unasked.
-func (f *inputFS) listAheadOf(entries map[string]backends.ObjectInfo) {
+// listAheadDirs subdirectories of the directory dir listed in dl that are
+// not listed yet, listAheadRequests at a time: a walk of a wide tree (a
+// loader indexing its dataset, find, du) then pays for the round trips of
+// many directories at once instead of one after another. Only one level
+// ahead of what was listed on demand, so the whole tree is never listed
+// unasked.
+func (f *inputFS) listAheadOf(dir string, dl *dirList) {
 	var dirs []backends.ObjectInfo
-	for _, info := range entries {
-		if info.IsDir {
-			dirs = append(dirs, info)
-			if len(dirs) == listAheadDirs {
-				break
-			}
+	for i := 0; i < dl.Len() && len(dirs) < listAheadDirs; i++ {
+		if dl.isDir(i) {
+			dirs = append(dirs, dl.info(dir, i))
 		}
 	}
 	if len(dirs) == 0 {
 		return
 	}
-	sort.Slice(dirs, func(i, j int) bool { return dirs[i].Key < dirs[j].Key })
 	go func() {
 		for _, info := range dirs {
 			f.listAhead <- struct{}{}
 			go func() {
 				defer func() { <-f.listAhead }()
-				l := f.listingOf(info.Key)
-				l.mu.Lock()
-				defer l.mu.Unlock()
-				if l.loaded {
-					return
-				}
 				// A failure is not kept: the demand listing tries again.
-				d := &inDir{fsys: f, info: info}
-				if entries, err := d.fetch(context.Background()); err == nil {
-					l.entries, l.loaded = entries, true
-				}
+				f.fill(&inDir{fsys: f, info: info})
 			}()
 		}
 	}()
 }
 
-func (d *inDir) fetch(ctx context.Context) (map[string]backends.ObjectInfo, error) {
+// fill fetches d's listing unless it is there or being fetched.
+func (f *inputFS) fill(d *inDir) {
+	l := f.listingOf(d.info.Key)
+	if !l.mu.TryLock() {
+		return // being fetched
+	}
+	defer l.mu.Unlock()
+	if l.list.Load() != nil {
+		return
+	}
+	if dl, err := d.fetch(context.Background()); err == nil {
+		l.list.Store(dl)
+	}
+}
+
+// forgetListing drops the listing of directory dir, whose node the kernel
+// forgot, and those fetched ahead for its subdirectories: none of them
+// has a node (go-fuse forgets a directory only once it has no children
+// left), so nothing else would ever drop them.
+func (f *inputFS) forgetListing(dir string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.listings[dir]
+	delete(f.listings, dir)
+	if l == nil {
+		return
+	}
+	dl := l.list.Load()
+	if dl == nil {
+		return
+	}
+	f.dropped.Add(int64(dl.Len()))
+	f.releaseMemory()
+	for i := range dl.Len() {
+		if dl.isDir(i) {
+			delete(f.listings, childKey(dir, dl.name(i)))
+		}
+	}
+}
+
+// releaseEntries is how many listing entries must have been dropped
+// (forgetListing) before the tree gives the memory they held back to the
+// system. The runtime would otherwise keep it until its next collection
+// (up to 2 minutes on an idle daemon) and return it slowly after that: a
+// node's RSS, which its pods are billed and limited by, would stay high
+// long after the kernel dropped the tree (drop_caches, memory pressure).
+const releaseEntries = 10_000
+
+// releaseDelay gathers the FORGETs of one drop of the kernel's caches
+// (they come one by one, in batches) into one release.
+const releaseDelay = time.Second
+
+// releaseMemory gives memory back to the system once releaseEntries
+// listing entries were dropped, releaseDelay after the drop that crossed
+// it: a full collection (which frees the dropped listings and nodes) and
+// a return of the free pages, at most once per releaseDelay.
+func (f *inputFS) releaseMemory() {
+	if f.dropped.Load() < releaseEntries || !f.releasing.CompareAndSwap(false, true) {
+		return
+	}
+	time.AfterFunc(releaseDelay, func() {
+		f.dropped.Store(0)
+		f.releasing.Store(false)
+		debug.FreeOSMemory()
+	})
+}
+
+// OnForget drops the directory's listing: the kernel has forgotten it
+// (drop_caches, memory pressure) and go-fuse dropped its node.
+func (d *inDir) OnForget() {
+	if d.info.Key != "" {
+		d.fsys.nodes.Add(-1)
+	}
+	d.fsys.forgetListing(d.info.Key)
+}
+
+func (d *inDir) fetch(ctx context.Context) (*dirList, error) {
 	prefix := ""
 	if d.info.Key != "" {
 		prefix = d.info.Key + "/"
-	}
-	entries := make(map[string]backends.ObjectInfo)
-	add := func(info backends.ObjectInfo) {
-		name := strings.TrimSuffix(strings.TrimPrefix(info.Key, prefix), "/")
-		if name == "" || name == "." || name == ".." || strings.Contains(name, "/") {
-			return // the directory's own marker, or a name POSIX cannot show
-		}
-		if old, dup := entries[name]; dup && old.IsDir && !info.IsDir {
-			// An object and a prefix share a name (possible in object stores):
-			// the directory wins so everything under it stays reachable.
-			d.fsys.log.Warn("object shadowed by a directory of the same name", "key", info.Key)
-			return
-		}
-		entries[name] = info
 	}
 	// A wide directory is listed in ranges at once, not page after page:
 	// 100,000 entries are 100 pages, 100 round trips in a row otherwise.
@@ -320,25 +416,68 @@ func (d *inDir) fetch(ctx context.Context) (map[string]backends.ObjectInfo, erro
 	if err != nil {
 		return nil, err
 	}
-	// Objects come in key order, a file before a directory of the same
-	// key, so the directory wins there; prefixes are directories too.
+	names := make([]string, 0, len(page.Objects)+len(page.Prefixes))
+	infos := make([]backends.ObjectInfo, 0, cap(names))
 	for _, o := range page.Objects {
-		add(o)
+		if name := listedName(prefix, o.Key); name != "" {
+			names, infos = append(names, name), append(infos, o)
+		}
 	}
+	// Prefixes are directories too.
 	for _, p := range page.Prefixes {
-		add(backends.ObjectInfo{Key: p, IsDir: true, ModTime: d.info.ModTime})
+		if name := listedName(prefix, p); name != "" {
+			names, infos = append(names, name), append(infos, backends.ObjectInfo{Key: p, IsDir: true, ModTime: d.info.ModTime})
+		}
 	}
-	return entries, nil
+	return newDirList(names, infos, func(info backends.ObjectInfo) {
+		d.fsys.log.Warn("object shadowed by a directory of the same name", "key", info.Key)
+	})
+}
+
+// lookupInfo describes name as the directory's listing shows it: from the
+// listing when it is there, else from the store, asked for that name only
+// (backends.LookupEntry: at most 2 round trips, for a missing name too),
+// so the first byte of a file never waits for the listing of a directory
+// of a million entries. The kernel caches the answer, a missing name too
+// (the mount's negative timeout), for as long as the job runs.
+func (d *inDir) lookupInfo(ctx context.Context, name string) (backends.ObjectInfo, syscall.Errno) {
+	l := d.fsys.listingOf(d.info.Key)
+	if dl := l.list.Load(); dl != nil {
+		i := dl.find(name)
+		if i < 0 {
+			return backends.ObjectInfo{}, syscall.ENOENT
+		}
+		return dl.info(d.info.Key, i), 0
+	}
+	if listedName("", name) != name || name == "" {
+		return backends.ObjectInfo{}, syscall.ENOENT // no listing shows it
+	}
+	if info, ok := l.known[name]; ok {
+		return info, 0
+	}
+	if l.lookups.Add(1) == listAfterLookups {
+		go func() {
+			d.fsys.listAhead <- struct{}{}
+			defer func() { <-d.fsys.listAhead }()
+			d.fsys.fill(&inDir{fsys: d.fsys, info: d.info})
+		}()
+	}
+	key := childKey(d.info.Key, name)
+	info, err := backends.LookupEntry(ctx, d.fsys.b, key)
+	if err != nil {
+		return backends.ObjectInfo{}, ToErrno(d.fsys.log, "lookup", key, err)
+	}
+	info.Key = key
+	if info.IsDir && info.ModTime.IsZero() {
+		info.ModTime = d.info.ModTime // as the listing shows a prefix
+	}
+	return info, 0
 }
 
 func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	entries, errno := d.listing(ctx)
+	info, errno := d.lookupInfo(ctx, name)
 	if errno != 0 {
 		return nil, errno
-	}
-	info, ok := entries[name]
-	if !ok {
-		return nil, syscall.ENOENT
 	}
 	if ch := d.GetChild(name); ch != nil {
 		d.fsys.fillAttr(info, &out.Attr)
@@ -356,29 +495,41 @@ func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*g
 	if dp := d.Path(nil); dp != "" {
 		p = dp + "/" + name
 	}
+	d.fsys.nodes.Add(1)
 	return d.NewInode(ctx, node, gofs.StableAttr{Mode: mode, Ino: d.fsys.inos.Ino(p)}), 0
 }
 
 func (d *inDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
-	entries, errno := d.listing(ctx)
+	dl, errno := d.listing(ctx)
 	if errno != 0 {
 		return nil, errno
 	}
-	return gofs.NewListDirStream(dirEntries(entries)), 0
+	return &dirStream{l: dl}, 0
 }
 
-// dirEntries is a listing as directory entries, sorted by name.
-func dirEntries(entries map[string]backends.ObjectInfo) []fuse.DirEntry {
-	list := make([]fuse.DirEntry, 0, len(entries))
-	for name, info := range entries {
-		mode := uint32(syscall.S_IFREG)
-		if info.IsDir {
-			mode = syscall.S_IFDIR
-		}
-		list = append(list, fuse.DirEntry{Name: name, Mode: mode})
+// dirStream reads a listing in order.
+type dirStream struct {
+	l   *dirList
+	pos int
+}
+
+func (s *dirStream) HasNext() bool { return s.pos < s.l.Len() }
+
+func (s *dirStream) Next() (fuse.DirEntry, syscall.Errno) {
+	e := dirEntry(s.l, s.pos)
+	s.pos++
+	return e, 0
+}
+
+func (s *dirStream) Close() {}
+
+// dirEntry is entry i of l as a directory entry.
+func dirEntry(l *dirList, i int) fuse.DirEntry {
+	mode := uint32(syscall.S_IFREG)
+	if l.isDir(i) {
+		mode = syscall.S_IFDIR
 	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-	return list
+	return fuse.DirEntry{Name: l.name(i), Mode: mode}
 }
 
 func (d *inDir) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -394,29 +545,43 @@ func (d *inDir) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandl
 	return &inDirHandle{d: d}, fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE, 0
 }
 
-// inDirHandle is one open directory: its sorted entries, read in order
+// inDirHandle is one open directory: its listing, read in order
 // (Seekdir moves to an entry by its index).
 type inDirHandle struct {
 	d    *inDir
 	mu   sync.Mutex
-	list []fuse.DirEntry // GUARDED_BY(mu); nil until first read
-	pos  int             // GUARDED_BY(mu)
+	list *dirList // GUARDED_BY(mu); nil until first read
+	pos  int      // GUARDED_BY(mu)
 }
 
 var (
 	_ = (gofs.FileReaddirenter)((*inDirHandle)(nil))
 	_ = (gofs.FileSeekdirer)((*inDirHandle)(nil))
+	_ = (gofs.FileLookuper)((*inDirHandle)(nil))
 )
+
+// Lookup answers one entry of a READDIRPLUS: with its node, which the
+// kernel then holds, unless the mount holds plusNodesMax nodes already
+// and the entry has none; then it fails, and go-fuse sends the name with
+// node ID 0, which the kernel lists without a node (fuse_direntplus_link:
+// "the userspace filesystem did not want to return attributes"), so a
+// later stat of it is a LOOKUP.
+func (h *inDirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if h.d.GetChild(name) == nil && h.d.fsys.nodes.Load() >= plusNodesMax {
+		return nil, syscall.ENOENT
+	}
+	return h.d.Lookup(ctx, name, out)
+}
 
 func (h *inDirHandle) load(ctx context.Context) syscall.Errno {
 	if h.list != nil {
 		return 0
 	}
-	entries, errno := h.d.listing(ctx)
+	dl, errno := h.d.listing(ctx)
 	if errno != 0 {
 		return errno
 	}
-	h.list = dirEntries(entries)
+	h.list = dl
 	return 0
 }
 
@@ -426,10 +591,10 @@ func (h *inDirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.E
 	if errno := h.load(ctx); errno != 0 {
 		return nil, errno
 	}
-	if h.pos >= len(h.list) {
+	if h.pos >= h.list.Len() {
 		return nil, 0
 	}
-	e := h.list[h.pos]
+	e := dirEntry(h.list, h.pos)
 	h.pos++
 	e.Off = uint64(h.pos) // the offset Seekdir continues after e from
 	return &e, 0
@@ -441,7 +606,7 @@ func (h *inDirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	if errno := h.load(ctx); errno != 0 {
 		return errno
 	}
-	h.pos = int(min(off, uint64(len(h.list))))
+	h.pos = int(min(off, uint64(h.list.Len())))
 	return 0
 }
 
@@ -662,6 +827,7 @@ func (f *inFile) Read(ctx context.Context, fh gofs.FileHandle, dest []byte, off 
 
 // OnForget closes the shared handle of a file the kernel forgot.
 func (f *inFile) OnForget() {
+	f.fsys.nodes.Add(-1)
 	f.mu.Lock()
 	h := f.shared
 	if f.sharedRefs == 0 && h != nil {

@@ -17,11 +17,16 @@ import (
 type inputState struct {
 	// Listings: directory key -> name -> entry, for the loaded ones.
 	Listings map[string]map[string]backends.ObjectInfo `json:"listings"`
+	// Known: directory key -> name -> entry, for the names the kernel
+	// holds in directories not listed (each looked up in the store
+	// alone): the new daemon looks them up again from here.
+	Known map[string]map[string]backends.ObjectInfo `json:"known,omitempty"`
 }
 
-// exportState describes the tree's listings; the tree is frozen (no
-// listing is being fetched).
-func (f *inputFS) exportState() (json.RawMessage, error) {
+// exportState describes the tree's listings, and the nodes the kernel
+// holds in directories not listed; the tree is frozen (no listing is being
+// fetched, no node made).
+func (f *inputFS) exportState(root *inDir) (json.RawMessage, error) {
 	f.mu.Lock()
 	ls := make(map[string]*listing, len(f.listings))
 	for k, l := range f.listings {
@@ -30,12 +35,36 @@ func (f *inputFS) exportState() (json.RawMessage, error) {
 	f.mu.Unlock()
 	st := inputState{Listings: make(map[string]map[string]backends.ObjectInfo, len(ls))}
 	for k, l := range ls {
-		l.mu.Lock()
-		if l.loaded {
-			st.Listings[k] = l.entries // immutable once loaded
+		if dl := l.list.Load(); dl != nil {
+			st.Listings[k] = dl.entries(k)
 		}
-		l.mu.Unlock()
 	}
+	var walk func(d *inDir)
+	walk = func(d *inDir) {
+		for name, ch := range d.Children() {
+			var info backends.ObjectInfo
+			switch n := ch.Operations().(type) {
+			case *inFile:
+				info = n.info
+			case *inDir:
+				info = n.info
+				walk(n)
+			default:
+				continue
+			}
+			if _, listed := st.Listings[d.info.Key]; listed {
+				continue
+			}
+			if st.Known == nil {
+				st.Known = map[string]map[string]backends.ObjectInfo{}
+			}
+			if st.Known[d.info.Key] == nil {
+				st.Known[d.info.Key] = map[string]backends.ObjectInfo{}
+			}
+			st.Known[d.info.Key][name] = info
+		}
+	}
+	walk(root)
 	return json.Marshal(st)
 }
 
@@ -49,10 +78,14 @@ func (f *inputFS) seedState(raw json.RawMessage) error {
 		return fmt.Errorf("input tree state: %w", err)
 	}
 	for k, entries := range st.Listings {
-		l := f.listingOf(k)
-		l.mu.Lock()
-		l.entries, l.loaded = entries, true
-		l.mu.Unlock()
+		dl, err := dirListOf(entries)
+		if err != nil {
+			return fmt.Errorf("input tree state: directory %q: %w", k, err)
+		}
+		f.listingOf(k).list.Store(dl)
+	}
+	for k, entries := range st.Known {
+		f.listingOf(k).known = entries // before the tree serves
 	}
 	return nil
 }
@@ -63,7 +96,7 @@ type inputTree struct{ root *inDir }
 
 func (i *inputTree) Root() gofs.InodeEmbedder              { return i.root }
 func (i *inputTree) Inodes() *fuseconn.Inodes              { return i.root.fsys.inos }
-func (i *inputTree) ExportState() (json.RawMessage, error) { return i.root.fsys.exportState() }
+func (i *inputTree) ExportState() (json.RawMessage, error) { return i.root.fsys.exportState(i.root) }
 func (i *inputTree) SeedState(raw json.RawMessage) error   { return i.root.fsys.seedState(raw) }
 
 // Replay: a handle opened again is served as the kernel was told, by

@@ -44,8 +44,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// heldList holds each List of the backend until its context ends or
-// release is closed, and reports on ended how it finished (nil: released).
+// heldList holds each List of the backend, and each Stat but the mount's
+// own (of the root), until its context ends or release is closed, and
+// reports on ended how it finished (nil: released). A lookup waits on one
+// of them: the listing, or the store's answer for that one name.
 type heldList struct {
 	backends.Backend
 	entered chan struct{}
@@ -58,19 +60,35 @@ func newHeldList(b backends.Backend) *heldList {
 }
 
 func (h *heldList) List(ctx context.Context, opt backends.ListOptions) (backends.ListPage, error) {
-	h.entered <- struct{}{}
-	select {
-	case <-ctx.Done():
-		h.ended <- ctx.Err()
-		return backends.ListPage{}, ctx.Err()
-	case <-h.release:
-		h.ended <- nil
+	if err := h.hold(ctx); err != nil {
+		return backends.ListPage{}, err
 	}
 	return h.Backend.List(ctx, opt)
 }
 
+func (h *heldList) Stat(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	if key != "" {
+		if err := h.hold(ctx); err != nil {
+			return backends.ObjectInfo{}, err
+		}
+	}
+	return h.Backend.Stat(ctx, key)
+}
+
+func (h *heldList) hold(ctx context.Context) error {
+	h.entered <- struct{}{}
+	select {
+	case <-ctx.Done():
+		h.ended <- ctx.Err()
+		return ctx.Err()
+	case <-h.release:
+		h.ended <- nil
+		return nil
+	}
+}
+
 // heldMount mounts a directory holding file "a" over a heldList backend;
-// the first lookup in it waits on the held listing of the root.
+// the first lookup in it waits on the store, held.
 func heldMount(t *testing.T) (mnt string, h *heldList) {
 	t.Helper()
 	src := t.TempDir()
@@ -101,17 +119,17 @@ func waitEntered(t *testing.T, h *heldList) {
 	select {
 	case <-h.entered:
 	case <-time.After(testwait.Guard):
-		t.Fatal("the lookup never listed the root")
+		t.Fatal("the lookup never reached the store")
 	}
 }
 
-// waitCanceled waits for the held listing to end by its context.
+// waitCanceled waits for the held store call to end by its context.
 func waitCanceled(t *testing.T, h *heldList, never string) {
 	t.Helper()
 	select {
 	case err := <-h.ended:
 		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("the listing ended with %v, want its context canceled", err)
+			t.Fatalf("the store call ended with %v, want its context canceled", err)
 		}
 	case <-time.After(testwait.Guard):
 		t.Fatal(never)
@@ -121,7 +139,7 @@ func waitCanceled(t *testing.T, h *heldList, never string) {
 // TestSignalledCallerIsNotInterrupted: signals that do not kill the caller
 // (Go's SIGURG preemption, a handled SIGUSR1) reach a thread blocked in a
 // lookup that waits on the store. The kernel sends an INTERRUPT for each;
-// the listing must carry on and the raw stat(2) succeed, not fail EINTR.
+// the store call must carry on and the raw stat(2) succeed, not fail EINTR.
 func TestSignalledCallerIsNotInterrupted(t *testing.T) {
 	mnt, h := heldMount(t)
 	sigs := make(chan os.Signal, 64)
@@ -151,7 +169,7 @@ func TestSignalledCallerIsNotInterrupted(t *testing.T) {
 	}
 	select {
 	case err := <-h.ended:
-		t.Errorf("the listing ended before it was released: %v", err)
+		t.Errorf("the store call ended before it was released: %v", err)
 	default:
 	}
 	close(h.release)
@@ -167,7 +185,7 @@ func TestSignalledCallerIsNotInterrupted(t *testing.T) {
 
 // TestKilledCallerCancels: a caller killed while its lookup waits on the
 // store must not wait it out: the kernel holds a killed process until the
-// request is answered, so the listing's context must end. Also when a
+// request is answered, so the store call's context must end. Also when a
 // handled signal came first and its interrupt was let pass: the kernel
 // sends no second INTERRUPT for the kill.
 func TestKilledCallerCancels(t *testing.T) {
@@ -202,7 +220,7 @@ func TestKilledCallerCancels(t *testing.T) {
 				}
 				select {
 				case err := <-h.ended:
-					t.Fatalf("a handled signal ended the listing: %v", err)
+					t.Fatalf("a handled signal ended the store call: %v", err)
 				case <-time.After(200 * time.Millisecond):
 				}
 			}
@@ -210,7 +228,7 @@ func TestKilledCallerCancels(t *testing.T) {
 			if err := cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}
-			waitCanceled(t, h, "the killed caller's listing was never canceled")
+			waitCanceled(t, h, "the killed caller's store call was never canceled")
 			cmd.Wait()
 			t.Logf("canceled %v after the kill", time.Since(start).Round(time.Millisecond))
 		})
@@ -249,5 +267,5 @@ func TestAbortedConnectionCancels(t *testing.T) {
 	if err := <-errs; !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) {
 		t.Errorf("stat on the aborted connection: %v, want ENOTCONN", err)
 	}
-	waitCanceled(t, h, "the listing outlived its connection")
+	waitCanceled(t, h, "the store call outlived its connection")
 }

@@ -1,6 +1,8 @@
 package backendtest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -312,6 +314,37 @@ func testListStartAfter(t *testing.T, s *suite) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// testLookupEntry: backends.LookupEntry describes every name as the
+// listing of its directory does (a directory among names that sort between
+// it and its '/', a file, a deep directory), and a missing name as missing.
+func testLookupEntry(t *testing.T, s *suite) {
+	b := s.open(t)
+	for _, k := range []string{"a", "b/x", "b/y/z", "b0", "b.txt", "b-1", "c/d/e/f"} {
+		put(t, b, k, []byte(k))
+	}
+	ctx := context.Background()
+	for _, dir := range []string{"", "b/", "b/y/", "c/", "c/d/"} {
+		l := listAll(t, b, backends.ListOptions{Prefix: dir})
+		for _, f := range l.files {
+			got, err := backends.LookupEntry(ctx, b, f.Key)
+			if err != nil || got.IsDir || got.Key != f.Key || got.Size != f.Size || got.Version != f.Version {
+				t.Errorf("LookupEntry(%q) = %+v, %v; want the listed file %+v", f.Key, got, err, f)
+			}
+		}
+		for _, d := range l.dirs {
+			got, err := backends.LookupEntry(ctx, b, d)
+			if err != nil || !got.IsDir || got.Key != d {
+				t.Errorf("LookupEntry(%q) = %+v, %v; want the listed directory", d, got, err)
+			}
+		}
+	}
+	for _, k := range []string{"nope", "b/q", "c/d/e/g", "b/y/q", "c/d/e/f0"} {
+		if got, err := backends.LookupEntry(ctx, b, k); !errors.Is(err, backends.ErrNotExist) {
+			t.Errorf("LookupEntry(%q) of a missing name = %+v, %v; want ErrNotExist", k, got, err)
 		}
 	}
 }

@@ -5,7 +5,8 @@
 //
 // It checks the semantics written in backends/backend.go, not just the
 // absence of errors: ranged reads at the edges, empty objects, directory
-// markers, listings with and without a delimiter paged over 10,000 keys,
+// markers, listings with and without a delimiter paged over 10,000 keys, one
+// name described without a listing (backends.LookupEntry),
 // awkward key names, version tokens, atomic commit and abort, error
 // sentinels, a streaming write of more than 64 MiB verified by checksum, and
 // concurrent readers and writers. Optional interfaces (Renamer, Appender,
@@ -101,6 +102,7 @@ func RunOptions(t *testing.T, newBackend func(t *testing.T) backends.Backend, op
 		{"ListSmallPages", testListSmallPages},
 		{"ListManyKeys", testListManyKeys},
 		{"ListStartAfter", testListStartAfter},
+		{"LookupEntry", testLookupEntry},
 		{"LargeStreamingWrite", testLargeStreamingWrite},
 		{"ConcurrentReaders", testConcurrentReaders},
 		{"ConcurrentWritersSameKey", testConcurrentWritersSameKey},

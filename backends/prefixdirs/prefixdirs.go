@@ -105,6 +105,11 @@ func (d Dirs) List(ctx context.Context, opt backends.ListOptions) (backends.List
 	return d.ns.List(ctx, opt)
 }
 
+// LookupEntry implements backends.EntryLooker (Namespace.LookupEntry).
+func (d Dirs) LookupEntry(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	return d.ns.LookupEntry(ctx, key)
+}
+
 // Delete implements backends.Backend (Namespace.Delete).
 func (d Dirs) Delete(ctx context.Context, key string) error { return d.ns.Delete(ctx, key) }
 
@@ -133,6 +138,53 @@ func (n Namespace) Stat(ctx context.Context, key string) (backends.ObjectInfo, e
 		return backends.ObjectInfo{}, backends.Wrap("stat", key, backends.ErrNotExist, nil)
 	}
 	return backends.ObjectInfo{Key: key, IsDir: true, Mode: 0o755}, nil
+}
+
+// LookupEntry implements backends.EntryLooker: key as the listing of its
+// directory shows it, from one LIST of the names starting with key, folded
+// at '/' and at most 2 long. The object key sorts first; "key/" (the
+// directory, folded into a common prefix) is among the 2 unless names like
+// "key-1" or "key.txt" come between, and only then a second LIST (of key/,
+// 1 long) settles whether key is a directory too. A missing name costs the
+// same one LIST as a present one, and neither depends on the directory's
+// size.
+func (n Namespace) LookupEntry(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	key = strings.TrimSuffix(key, "/")
+	if key == "" {
+		return backends.ObjectInfo{IsDir: true, Mode: 0o755}, nil
+	}
+	name := n.object(key)
+	res, err := n.Store.ListPage(ctx, name, "/", "", "", 2)
+	if err != nil {
+		return backends.ObjectInfo{}, n.Store.Wrap("lookup", key, err)
+	}
+	var file *Entry
+	isDir := false
+	for i, o := range res.Entries {
+		switch o.Name {
+		case name:
+			file = &res.Entries[i]
+		case name + "/":
+			isDir = true // a marker, from a store that does not fold it
+		}
+	}
+	for _, p := range res.Prefixes {
+		if p == name+"/" {
+			isDir = true
+		}
+	}
+	if !isDir && res.Truncated {
+		if isDir, err = n.dirExists(ctx, key); err != nil {
+			return backends.ObjectInfo{}, n.Store.Wrap("lookup", key, err)
+		}
+	}
+	switch {
+	case isDir:
+		return backends.ObjectInfo{Key: key, IsDir: true, Mode: 0o755}, nil
+	case file != nil:
+		return backends.ObjectInfo{Key: key, Size: file.Size, ModTime: file.ModTime, Version: file.ETag, Mode: 0o644}, nil
+	}
+	return backends.ObjectInfo{}, backends.Wrap("lookup", key, backends.ErrNotExist, nil)
 }
 
 // dirExists reports whether anything (a marker or objects) lies under key/.

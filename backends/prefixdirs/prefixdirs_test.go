@@ -297,3 +297,70 @@ func TestMakeDir(t *testing.T) {
 		t.Errorf("MakeDir with the store down = %v", err)
 	}
 }
+
+// countingStore counts the store's calls.
+type countingStore struct {
+	*fakeStore
+	calls int
+}
+
+func (c *countingStore) Head(ctx context.Context, key string) (backends.ObjectInfo, error) {
+	c.calls++
+	return c.fakeStore.Head(ctx, key)
+}
+
+func (c *countingStore) ListPage(ctx context.Context, prefix, delim, token, startAfter string, max int) (Page, error) {
+	c.calls++
+	return c.fakeStore.ListPage(ctx, prefix, delim, token, startAfter, max)
+}
+
+// TestLookupEntry: a name is described as the listing of its directory
+// shows it (a directory wins over an object of the same name), present or
+// missing, in one call, and in two only when names sorting between key and
+// key/ fill the first page.
+func TestLookupEntry(t *testing.T) {
+	s := newStore()
+	s.names["root/both"] = 7
+	s.names["root/both/x"] = 1
+	s.names["root/busy"] = 2
+	s.names["root/busy-1"] = 3
+	s.names["root/busy.txt"] = 4
+	s.names["root/busy/y"] = 5
+	s.names["root/file"] = 6
+	s.names["root/file.bak"] = 6
+	s.names["root/file.old"] = 6
+	for _, tc := range []struct {
+		key   string
+		want  backends.ObjectInfo
+		err   error
+		calls int
+	}{
+		{key: "a", want: backends.ObjectInfo{Key: "a", Size: 1, Version: "e", Mode: 0o644}, calls: 1},
+		{key: "d", want: backends.ObjectInfo{Key: "d", IsDir: true, Mode: 0o755}, calls: 1},
+		{key: "e", want: backends.ObjectInfo{Key: "e", IsDir: true, Mode: 0o755}, calls: 1},
+		{key: "d/f", want: backends.ObjectInfo{Key: "d/f", Size: 3, Version: "e", Mode: 0o644}, calls: 1},
+		{key: "both", want: backends.ObjectInfo{Key: "both", IsDir: true, Mode: 0o755}, calls: 1},
+		{key: "busy", want: backends.ObjectInfo{Key: "busy", IsDir: true, Mode: 0o755}, calls: 2},
+		{key: "file", want: backends.ObjectInfo{Key: "file", Size: 6, Version: "e", Mode: 0o644}, calls: 2},
+		{key: "missing", err: backends.ErrNotExist, calls: 1},
+		{key: "d/missing", err: backends.ErrNotExist, calls: 1},
+		{key: "", want: backends.ObjectInfo{IsDir: true, Mode: 0o755}, calls: 0},
+	} {
+		c := &countingStore{fakeStore: s}
+		got, err := ns(c).LookupEntry(context.Background(), tc.key)
+		if tc.err != nil {
+			if !errors.Is(err, tc.err) {
+				t.Errorf("LookupEntry(%q) = %+v, %v; want %v", tc.key, got, err, tc.err)
+			}
+		} else if err != nil || got != tc.want {
+			t.Errorf("LookupEntry(%q) = %+v, %v; want %+v", tc.key, got, err, tc.want)
+		}
+		if c.calls != tc.calls {
+			t.Errorf("LookupEntry(%q) made %d store calls, want %d", tc.key, c.calls, tc.calls)
+		}
+	}
+	s.down = true
+	if _, err := ns(s).LookupEntry(context.Background(), "a"); err == nil || errors.Is(err, backends.ErrNotExist) {
+		t.Errorf("LookupEntry on a failing store = %v, want the store's error", err)
+	}
+}

@@ -31,6 +31,18 @@
 //     empty cache dir and --start-memory, 4 GiB) to the first byte read
 //     through the new mount, and the mount's resident memory then (the
 //     arena is backed as blocks are first used, not at start);
+//   - scale (--only scale; never part of the default run): for each
+//     --scale-n size (10k, 100k, 1M objects; 10M is the issue's largest),
+//     an emulator serving a synthetic namespace of that many objects
+//     (`emulate oss --synthetic N --synthetic-fanout F`, nothing on disk)
+//     and a fresh mount over it: the time to mount, to the first byte of
+//     one file (its directory never listed), of `find -type f` over the
+//     tree (entries/s), of reading a shuffled 1% of the files whole with
+//     --scale-readers readers; the daemon's RSS mounted and idle, after
+//     find, after the sample, and after drop_caches (the kernel forgets
+//     every node); a table, DIR/scale.csv and a log-log DIR/scale.png
+//     (--scale-out) on which a superlinear step bends away from the
+//     dashed line proportional to N;
 //   - the daemon's peak RSS (VmHWM) against --cache-memory + 256 MiB.
 //
 // The disk tier creates a file per small object. On ext4 without a journal
@@ -44,7 +56,7 @@
 // Usage (as root, FUSE needs it):
 //
 //	go build -o /tmp/mlfsd ./cmd/mlfsd
-//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|big4|small|list|start]
+//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|big4|small|list|start|scale]
 package main
 
 import (
@@ -114,11 +126,14 @@ type config struct {
 	cacheFS string
 	// mountEnv is added to the mounts' environment (--mount-env).
 	mountEnv string
+	// scale configures the scale part (--only scale).
+	scale scaleConfig
 }
 
 func main() {
 	var c config
-	var bigSize, big4Size, smallSize, chunk string
+	var bigSize, big4Size, smallSize, chunk, scaleNs, scaleSize string
+	sc := &c.scale
 	flag.StringVar(&c.mlfsd, "mlfsd", "mlfsd", "the mlfsd binary to measure")
 	flag.StringVar(&c.emulator, "emulator", "", "the mlfsd binary whose `emulate oss` serves the data (default: --mlfsd)")
 	flag.StringVar(&c.work, "work", "/var/tmp/mlfsd-cachebench", "work directory (emulator data, cache dirs, mountpoints)")
@@ -138,7 +153,12 @@ func main() {
 	flag.IntVar(&c.streams, "ideal-streams", 16, "parallel ranged GETs of the ideal reader (the daemon's per-file bound)")
 	flag.StringVar(&chunk, "ideal-chunk", "8MiB", "range size of the ideal reader (the daemon's largest request)")
 	flag.StringVar(&c.mountFlags, "mount-flags", "", "extra flags for `mlfsd mount` (space-separated)")
-	flag.StringVar(&c.only, "only", "", "run only one part: big, big4, small, list or start")
+	flag.StringVar(&c.only, "only", "", "run only one part: big, big4, small, list, start or scale")
+	flag.StringVar(&scaleNs, "scale-n", "10000,100000,1000000", "scale: the namespace sizes, in objects (10000000 is the issue's largest)")
+	flag.Int64Var(&sc.fanOut, "scale-fanout", 1000, "scale: objects per directory (0: one flat directory)")
+	flag.StringVar(&scaleSize, "scale-size", "4KiB", "scale: size of each object")
+	flag.IntVar(&sc.readers, "scale-readers", 8, "scale: parallel readers of the 1% sample")
+	flag.StringVar(&sc.out, "scale-out", "", "scale: directory of scale.csv and scale.png (default --work)")
 	flag.StringVar(&c.mountEnv, "mount-env", "", "experiment: NAME=VALUE pairs (space-separated) added to the mounts' environment, e.g. GOGC=200")
 	flag.StringVar(&c.cacheFS, "cache-root", "", "directory of the mounts' cache dirs (default: --work); see the note on ext4 without a journal")
 	flag.StringVar(&c.pprofAddr, "pprof-addr", "", "serve net/http/pprof from each mount on this loopback address (MLFSD_PPROF_ADDR)")
@@ -146,6 +166,18 @@ func main() {
 	flag.IntVar(&c.profileSecs, "profile-seconds", 4, "length of each --profile-dir profile (from the start of its phase)")
 	flag.IntVar(&c.readAheadKB, "read-ahead-kb", 0, "experiment: set the mount's /sys/class/bdi/*/read_ahead_kb after mounting (0: leave the kernel's)")
 	flag.Parse()
+	var err error
+	if c.scale.ns, err = parseScaleNs(scaleNs); err != nil {
+		fatal(err)
+	}
+	if n, err := humanize.ParseBytes(scaleSize); err != nil {
+		fatal(fmt.Errorf("--scale-size: %w", err))
+	} else {
+		c.scale.size = int64(n)
+	}
+	if c.scale.out == "" {
+		c.scale.out = c.work
+	}
 	for _, p := range []struct {
 		s string
 		v *int64
@@ -169,8 +201,9 @@ func main() {
 	}
 }
 
-// wants reports whether the part runs (--only selects one; all by default).
-func (c config) wants(part string) bool { return c.only == "" || c.only == part }
+// wants reports whether the part runs (--only selects one; all by default
+// but scale, which runs only when asked for: it takes tens of minutes).
+func (c config) wants(part string) bool { return c.only == part || c.only == "" && part != "scale" }
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "cachebench:", err)
@@ -239,6 +272,9 @@ func run(c config) error {
 	// variables the clients (this process and the mounts) sign with.
 	os.Setenv("OSS_ACCESS_KEY_ID", "cachebench")
 	os.Setenv("OSS_ACCESS_KEY_SECRET", "cachebench")
+	if c.wants("scale") {
+		return benchScale(c, c.scale)
+	}
 	emu, err := startEmulator(c, emuRoot)
 	if err != nil {
 		return err
@@ -384,13 +420,14 @@ type emulator struct {
 	endpoint string
 }
 
-func startEmulator(c config, root string) (*emulator, error) {
+// startEmulator starts `emulate oss` over root, with extra flags.
+func startEmulator(c config, root string, extra ...string) (*emulator, error) {
 	bin := c.mlfsd
 	if c.emulator != "" {
 		bin = c.emulator
 	}
-	cmd := exec.Command(bin, "emulate", "oss", "--root", root, "--listen", "127.0.0.1:0",
-		"--ttfb", c.ttfb, "--conn-bandwidth", c.bandwidth)
+	args := append([]string{"emulate", "oss", "--root", root, "--listen", "127.0.0.1:0", "--ttfb", c.ttfb, "--conn-bandwidth", c.bandwidth}, extra...)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "MLFSD_PPROF_ADDR=") })
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -1253,6 +1290,8 @@ func report(c config, rs []result, rssBound int64) {
 		fmt.Printf("cold listing of one directory of %d entries, seconds: ls -l %.2f (goal < 3), ls -f %.2f, OSS backend alone (no FUSE) %.2f page after page, %.2f in ranges at once\n",
 			c.listEntries, col(func(r result) float64 { return r.ListLSL }), col(func(r result) float64 { return r.ListLSF }),
 			col(func(r result) float64 { return r.ListDirect }), col(func(r result) float64 { return r.ListDirectParallel }))
+		fmt.Printf("  ls -f throughput / the parallel direct lister's = %.2f (goal >= 0.8); ls -l time / ls -f time = %.2f (goal <= 1.2)\n",
+			col(func(r result) float64 { return r.ListDirectParallel / r.ListLSF }), col(func(r result) float64 { return r.ListLSL / r.ListLSF }))
 	}
 	if c.wants("start") {
 		fmt.Printf("start, --cache-memory %s, empty cache: `mlfsd mount` to the first byte read through it %.2f s (goal < 1 quiet, < 3 busy); the mount's RSS then %s\n",

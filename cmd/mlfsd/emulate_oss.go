@@ -28,6 +28,8 @@ func newEmulateOSSCmd(a *app) *cobra.Command {
 		caOut                          string
 		rate                           float64
 		seed                           uint64
+		synN, synFanOut                int64
+		synBucket, synSize             string
 	)
 	c := &cobra.Command{
 		Use:   "oss --root DIR [--listen 127.0.0.1:9000]",
@@ -61,6 +63,12 @@ ADDR is also an STS endpoint: Alibaba Cloud's AssumeRoleWithOIDC and AssumeRole
 OSS and S3 requests may then use with their token; once expired, such a key gets
 the store's own error (OSS 403 SecurityTokenExpired, S3 400 ExpiredToken).
 --sts-role limits the roles that may be assumed.
+
+--synthetic N serves, in bucket --synthetic-bucket (default ` + ossemu.SyntheticBucket + `), a generated
+read-only namespace of N objects of --synthetic-size bytes, named f<i> (zero-padded)
+and, with --synthetic-fanout F, under d<i/F>/: names, sizes and contents are
+computed on each request, so 10,000,000 objects cost no disk and no memory per
+object (mlfsd's scale benchmarks use it).
 
 --metadata-listen ADDR2 serves, on a second address, the instance metadata of
 ECS (RAM role) and EC2 (IMDSv2, AWS_EC2_METADATA_SERVICE_ENDPOINT=http://ADDR2),
@@ -107,6 +115,13 @@ to --ca-cert-out for SSL_CERT_FILE.`,
 				return fmt.Errorf("--error-kinds: %w", err)
 			}
 			opt.ErrorKinds = k
+			if synN != 0 || synFanOut != 0 {
+				size, err := humanize.ParseBytes(synSize)
+				if err != nil {
+					return fmt.Errorf("--synthetic-size %q: want a size like 4KiB", synSize)
+				}
+				opt.Synthetic = &ossemu.Synthetic{Bucket: synBucket, N: synN, FanOut: synFanOut, Size: int64(size)}
+			}
 			srv, err := ossemu.New(root, opt)
 			if err != nil {
 				return err
@@ -192,6 +207,10 @@ to --ca-cert-out for SSL_CERT_FILE.`,
 	f.StringVar(&ctTokenFile, "container-auth-token-file", "", "file holding the Authorization token container credentials demand")
 	f.StringVar(&caOut, "ca-cert-out", "", "write the emulator's TLS authority certificate (PEM) here")
 	addReadyFileFlag(f, a)
+	f.Int64Var(&synN, "synthetic", 0, "serve a generated namespace of this many objects in --synthetic-bucket (see above)")
+	f.Int64Var(&synFanOut, "synthetic-fanout", 0, "objects per directory of the generated namespace (0: one flat directory)")
+	f.StringVar(&synSize, "synthetic-size", "4KiB", "size of each generated object")
+	f.StringVar(&synBucket, "synthetic-bucket", ossemu.SyntheticBucket, "bucket of the generated namespace")
 	return c
 }
 

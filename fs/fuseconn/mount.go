@@ -64,6 +64,12 @@ type MountOptions struct {
 	// through fusermount, which gives allow_other only where
 	// /etc/fuse.conf says user_allow_other, so it never asks for it.
 	NoAllowOther bool
+	// ReaddirPlusAuto lets the kernel choose, per directory, between
+	// READDIRPLUS (names with attributes, a node each) and READDIR (names
+	// only): plus for a directory's first batch and wherever the program
+	// looks the listed names up (ls -l), names only otherwise (find,
+	// ls -f, os.listdir). A walk of a tree then creates no node per entry.
+	ReaddirPlusAuto bool
 }
 
 // Tuning measured to matter for training I/O (see DESIGN.md): 1 MiB requests
@@ -199,6 +205,9 @@ func fuseOptions(opt MountOptions) fuse.MountOptions {
 		// complete change that publishes an empty file: a checkpoint being
 		// rewritten would replace the last good one before its close.
 		mo.ExtraCapabilities |= fuse.CAP_ATOMIC_O_TRUNC
+	}
+	if opt.ReaddirPlusAuto {
+		mo.ExtraCapabilities |= fuse.CAP_READDIRPLUS_AUTO
 	}
 	if opt.DefaultPermissions {
 		mo.Options = append(mo.Options, "default_permissions")

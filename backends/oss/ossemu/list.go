@@ -354,7 +354,13 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, rc *reqCtx) 
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
 		return
 	}
-	res, err := s.list(rc.bucket, prefix, delim, marker, maxKeys)
+	var res listResult
+	var err error
+	if s.synth != nil && rc.bucket == s.synth.Bucket {
+		res = s.synth.list(prefix, delim, marker, maxKeys)
+	} else {
+		res, err = s.list(rc.bucket, prefix, delim, marker, maxKeys)
+	}
 	if err != nil {
 		s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
 		return

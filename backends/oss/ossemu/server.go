@@ -86,6 +86,9 @@ type Options struct {
 	// STSRoles are the role ARNs STS lets be assumed; empty allows any
 	// well-formed one (acs:ram::ACCOUNT:role/NAME, arn:aws:iam::ACCOUNT:role/NAME).
 	STSRoles []string
+	// Synthetic, when set, serves a generated namespace in its bucket
+	// instead of files (see Synthetic).
+	Synthetic *Synthetic
 	// Log receives one line per failed request at debug level (and the
 	// server's own errors). Nil discards.
 	Log *slog.Logger
@@ -110,6 +113,8 @@ type Server struct {
 	reqSeq   atomic.Uint64
 	// dirs indexes wide directories for paged listings.
 	dirs *dirindex.Cache
+	// synth serves Options.Synthetic; nil without one.
+	synth *synth
 
 	mu      sync.Mutex // guards the fields below
 	stats   map[string]int64
@@ -168,6 +173,15 @@ func New(root string, opt Options) (*Server, error) {
 	if err := checkKeys(opt.Keys, opt.AccessKeyID); err != nil {
 		return nil, err
 	}
+	var g *synth
+	if opt.Synthetic != nil {
+		if g, err = newSynth(*opt.Synthetic); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Join(abs, g.Bucket), 0o755); err != nil {
+			return nil, fmt.Errorf("emulator root: %w", err)
+		}
+	}
 	log := opt.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -181,6 +195,7 @@ func New(root string, opt Options) (*Server, error) {
 		stats:   map[string]int64{},
 		hashed:  map[string]meta{},
 		dirs:    dirindex.New(dirKeyOrder),
+		synth:   g,
 		rng:     mrand.New(mrand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
 		errRate: opt.ErrorRate,
 		kinds:   kinds,
@@ -408,6 +423,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 	}
 	if !checkBucket(rc.bucket) {
 		s.writeError(w, r, rc, http.StatusBadRequest, "InvalidBucketName", "The specified bucket is not valid.")
+		return
+	}
+	if s.synth != nil && rc.bucket == s.synth.Bucket {
+		s.serveSynthetic(w, r, rc)
 		return
 	}
 	if rc.key == "" {
