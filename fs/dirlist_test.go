@@ -44,7 +44,7 @@ func (w wideBackend) List(ctx context.Context, opt backends.ListOptions) (backen
 func TestDirListBytesPerEntry(t *testing.T) {
 	const n = 100_000
 	b := wideBackend{n: n}
-	root, err := NewInputRoot(context.Background(), b, InputOptions{})
+	root, err := NewInputRoot(context.Background(), b, InputOptions{Name: "wide"})
 	if err != nil {
 		t.Fatal(err)
 	}
