@@ -96,7 +96,9 @@ const mountOptionsFlag = "options"
 // then sets only what neither gave.
 func applyMountOptionFlag(cmd *cobra.Command) error {
 	fs := cmd.Flags()
-	if fs.Lookup(mountOptionsFlag) == nil {
+	// Only `mlfsd mount`'s -o: the mount helper's is its own (it passes
+	// the options on to the `mlfsd mount` it starts).
+	if cmd.Name() != "mount" || fs.Lookup(mountOptionsFlag) == nil {
 		return nil
 	}
 	list, err := fs.GetStringArray(mountOptionsFlag)
