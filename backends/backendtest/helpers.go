@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"errors"
 	"io"
 	"testing"
 
@@ -31,5 +32,24 @@ func WriteReadBack(t testing.TB, b backends.Backend, key string) {
 	r.Close()
 	if err != nil || string(got) != "data of "+key {
 		t.Fatalf("read %s: %q, %v", key, got, err)
+	}
+}
+
+// sentinels are the storage contract's sentinel errors.
+var sentinels = []error{
+	backends.ErrNotExist, backends.ErrExist, backends.ErrPermission, backends.ErrNotEmpty,
+	backends.ErrIsDir, backends.ErrNotDir, backends.ErrInvalid, backends.ErrUnsupported,
+	backends.ErrVersionMismatch, backends.ErrNoSpace, backends.ErrTransient, backends.ErrNameTooLong,
+}
+
+// WantSentinel fails the test unless err carries the sentinel want (nil:
+// none) and no other sentinel of the contract: a backend's error mapping
+// must give each failure exactly one meaning.
+func WantSentinel(t testing.TB, err, want error) {
+	t.Helper()
+	for _, s := range sentinels {
+		if errors.Is(err, s) != (s == want) {
+			t.Errorf("%v: errors.Is(%v) = %v", err, s, errors.Is(err, s))
+		}
 	}
 }
