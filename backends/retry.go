@@ -22,10 +22,16 @@ type RetryOptions struct {
 	MaxElapsed time.Duration
 }
 
+// Defaults of RetryOptions that options tables show.
+const (
+	DefaultMaxAttempts = 10
+	DefaultMaxElapsed  = 2 * time.Minute
+)
+
 // WithDefaults fills the zero fields with their defaults.
 func (o RetryOptions) WithDefaults() RetryOptions {
 	if o.MaxAttempts <= 0 {
-		o.MaxAttempts = 10
+		o.MaxAttempts = DefaultMaxAttempts
 	}
 	if o.BaseDelay <= 0 {
 		o.BaseDelay = 100 * time.Millisecond
@@ -34,7 +40,7 @@ func (o RetryOptions) WithDefaults() RetryOptions {
 		o.MaxDelay = 5 * time.Second
 	}
 	if o.MaxElapsed <= 0 {
-		o.MaxElapsed = 2 * time.Minute
+		o.MaxElapsed = DefaultMaxElapsed
 	}
 	return o
 }

@@ -3,9 +3,8 @@ package bench
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -15,6 +14,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 // Plot draws one bar chart per workload into a PNG file: the targets (one
@@ -161,27 +162,10 @@ func drawTiles(path string, workloads []string, ntargets int, tile func(w string
 		}
 	}
 
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
+	return atomicfile.WriteFunc(path, 0o644, atomicfile.NoSync, func(w io.Writer) error {
+		_, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w)
 		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		return err
-	}
-	// CreateTemp makes the file 0600; a plot is no secret.
-	if err := f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	})
 }
 
 func workloadPlot(w string, reps []*Report, targets []string, tileWidth vg.Length) (*plot.Plot, error) {

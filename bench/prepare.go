@@ -13,6 +13,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 // PrepareOptions configures Prepare.
@@ -95,11 +97,7 @@ func Prepare(ctx context.Context, dir string, opt PrepareOptions) (m *Manifest, 
 	if err != nil {
 		return nil, err
 	}
-	tmp := filepath.Join(dir, "."+ManifestName+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, ManifestName)); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, ManifestName), append(b, '\n'), 0o644, atomicfile.NoSync); err != nil {
 		return nil, err
 	}
 	return m, nil

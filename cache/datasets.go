@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 // Datasets. The disk tier's files are named by hashes (store.go), which do
@@ -157,7 +159,7 @@ func (x *datasetIndex) rewriteLocked(keys map[string][]string) error {
 		}
 		path := datasetFile(x.dir, ds)
 		keep[filepath.Base(path)] = true
-		if err := writeFileAtomic(path, []byte(b.String())); err != nil {
+		if err := atomicfile.Write(path, []byte(b.String()), 0o600, atomicfile.FileSync); err != nil {
 			return err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 // errClosed fails reads that need a fetch after Close.
@@ -632,7 +633,10 @@ func (e *entry) flush() error {
 	if err := syscall.Fdatasync(int(file.Fd())); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(e.c.metaPath(e.id), encodeMeta(e.size, e.c.opt.BlockSize, bm)); err != nil {
+	// FileSync: the bitmap is complete on disk before it replaces the old
+	// one; a crash that loses the rename leaves the old bitmap, which
+	// claims fewer blocks, never more.
+	if err := atomicfile.Write(e.c.metaPath(e.id), encodeMeta(e.size, e.c.opt.BlockSize, bm), 0o600, atomicfile.FileSync); err != nil {
 		return err
 	}
 	e.mu.Lock()

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 // Disk layout, under Options.Dir:
@@ -147,30 +149,6 @@ func decodeMeta(buf []byte, blockSize int64) (size int64, bm bitmap, err error) 
 	return size, bm, nil
 }
 
-// writeFileAtomic writes data to path through a synced temporary file and a
-// rename, so readers see the old content or the new, never a mix.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + tmpSuffix
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-	}
-	return err
-}
-
 // createWhole writes a one-block object as its complete file: <id>.tmp
 // renamed to <id>, not synced (see the layout notes). It returns the file
 // open for reading, at its offset 0.
@@ -223,15 +201,7 @@ func (c *Cache) unsyncedMarkerStale() bool {
 // written: its content, then its name in the directory.
 func (c *Cache) markUnsynced() error {
 	root := filepath.Join(c.opt.Dir, layoutVersion)
-	if err := writeFileAtomic(filepath.Join(root, unsyncedName), []byte(c.opt.bootID+"\n")); err != nil {
-		return err
-	}
-	d, err := os.Open(root)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(filepath.Join(root, unsyncedName), []byte(c.opt.bootID+"\n"), 0o600, atomicfile.Durable)
 }
 
 // clearUnsynced syncs the filesystem of the disk tier when objects were
@@ -361,6 +331,13 @@ func (c *Cache) scanDir(dropWhole bool) ([]scanned, error) {
 		}
 		progress.tick(len(out))
 		name := d.Name()
+		if target, ok := atomicfile.TempTarget(name); ok {
+			// A bitmap or the marker never renamed into place.
+			if validID(strings.TrimSuffix(target, metaSuffix)) || target == unsyncedName {
+				os.Remove(path)
+			}
+			return nil
+		}
 		base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, tmpSuffix), metaSuffix), partSuffix), tmpSuffix)
 		if !validID(base) || filepath.Base(filepath.Dir(path)) != base[:2] {
 			return nil // not ours (the lock file, or something a person put here)

@@ -178,3 +178,41 @@ func TestCompleteFilesKeptOpen(t *testing.T) {
 		t.Fatal("evicted entry's file still open")
 	}
 }
+
+// TestScanRemovesLeftoverTemporaries: a bitmap or the unsynced marker a
+// crash left as a temporary file (atomicfile's name) is removed when the
+// cache opens; a file of that shape that is not the cache's is left.
+func TestScanRemovesLeftoverTemporaries(t *testing.T) {
+	dir := t.TempDir()
+	c, err := New(Options{Dir: dir, WarmAfter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	id := objectID("fake://a/", "d/k", "v1")
+	root := filepath.Join(dir, layoutVersion)
+	if err := os.MkdirAll(c.dirOf(id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ours := []string{
+		filepath.Join(c.dirOf(id), "."+id+metaSuffix+".123456.tmp"),
+		filepath.Join(root, "."+unsyncedName+".42.tmp"),
+	}
+	theirs := filepath.Join(root, ".notes.txt.7.tmp")
+	for _, p := range append(ours, theirs) {
+		if err := os.WriteFile(p, []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newTestCache(t, Options{Dir: dir, WarmAfter: -1})
+	for _, p := range ours {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left after the scan (%v)", p, err)
+		}
+	}
+	if _, err := os.Stat(theirs); err != nil {
+		t.Errorf("a file not the cache's was removed: %v", err)
+	}
+}

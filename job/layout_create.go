@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 // created records what a run created on the local disk, so a failed start
@@ -52,23 +54,8 @@ func (c *created) mkdir(dir string) error {
 // recording path when it did not exist before.
 func (c *created) writeFile(path string, data []byte, perm fs.FileMode) error {
 	_, statErr := os.Lstat(path)
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
+	if err := atomicfile.Write(path, data, perm, atomicfile.NoSync); err != nil {
 		return err
-	}
-	_, werr := tmp.Write(data)
-	if werr == nil {
-		werr = tmp.Chmod(perm)
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), path)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return werr
 	}
 	if errors.Is(statErr, fs.ErrNotExist) {
 		c.files = append(c.files, path)

@@ -23,6 +23,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 const (
@@ -55,12 +57,7 @@ func Install(dir, exe string, env []string) error {
 			fmt.Fprintf(&b, "export %s\n", shellQuote(e))
 		}
 		fmt.Fprintf(&b, "exec %s %s \"$@\"\n", shellQuote(exe), sub)
-		tmp := p + ".tmp"
-		if err := os.WriteFile(tmp, []byte(b.String()), 0o755); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, p); err != nil {
-			os.Remove(tmp)
+		if err := atomicfile.Write(p, []byte(b.String()), 0o755, atomicfile.NoSync); err != nil {
 			return err
 		}
 	}

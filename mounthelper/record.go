@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 // Record is what the mount helper leaves for the umount helper. It
@@ -44,11 +46,7 @@ func WriteRecord(r Record) error {
 	if err != nil {
 		return err
 	}
-	p := RecordPath(r.Target)
-	if err := os.WriteFile(p+".tmp", data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(p+".tmp", p)
+	return atomicfile.Write(RecordPath(r.Target), data, 0o600, atomicfile.NoSync)
 }
 
 // ReadRecord returns the record of the mount at target.

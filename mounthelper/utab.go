@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 // utabPath is libmount's table of userspace mount options.
@@ -46,17 +48,7 @@ func RegisterUmount(source, target string) error {
 		}
 	}
 	fmt.Fprintf(&b, "SRC=%s TARGET=%s ROOT=/ OPTS=uhelper=mlfsd\n", mangle(source), mangle(target))
-	tmp, err := os.CreateTemp(dir, "utab.")
-	if err != nil {
-		return fmt.Errorf("register with umount(8): %w", err)
-	}
-	_, werr := tmp.WriteString(b.String())
-	if err := errors.Join(werr, tmp.Chmod(0o644), tmp.Close()); err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("register with umount(8): %w", err)
-	}
-	if err := os.Rename(tmp.Name(), utabPath); err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.Write(utabPath, []byte(b.String()), 0o644, atomicfile.NoSync); err != nil {
 		return fmt.Errorf("register with umount(8): %w", err)
 	}
 	return nil

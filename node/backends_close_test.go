@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
-	"github.com/mlfsd/mlfsd/internal/testwait"
+	"github.com/mlfsd/mlfsd/internal/leakcheck"
 )
 
 // TestUnmountClosesTheBackend: an OSS input mounted, read and unmounted 20
@@ -17,7 +16,8 @@ import (
 // this process: its side of a connection ends when the client closes it).
 // Before, each unmounted backend kept its connections and their goroutines
 // for the transport's 120 s idle timeout: the wait below, which polls the
-// counts, ran into its 60 s hang guard.
+// counts, ran into its hang guard (leakcheck.Guard, 60 s: shorter
+// than the idle timeout, so that the leak fails the test instead of healing).
 func TestUnmountClosesTheBackend(t *testing.T) {
 	t.Setenv("OSS_ACCESS_KEY_ID", "")
 	t.Setenv("OSS_ACCESS_KEY_SECRET", "")
@@ -53,34 +53,9 @@ func TestUnmountClosesTheBackend(t *testing.T) {
 		must(n.Unmount(t.Context(), mnt))
 	}
 	cycle() // what lives as long as the node (the cache) is in the baseline
-	fds, gs := settleCounts(t, -1, -1)
+	base := leakcheck.Baseline(t)
 	for range 20 {
 		cycle()
 	}
-	settleCounts(t, fds, gs)
-}
-
-// settleCounts waits until the process's descriptors and goroutines are
-// back to at most fds and gs (plus a little slack), and returns the counts
-// it saw. Negative bounds wait only until the counts stop changing.
-func settleCounts(t *testing.T, fds, gs int) (int, int) {
-	t.Helper()
-	f, g, prevF, prevG := -1, -1, -1, -1
-	settled := func() bool {
-		runtime.GC()
-		ents, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			t.Fatal(err)
-		}
-		prevF, prevG = f, g
-		f, g = len(ents), runtime.NumGoroutine()
-		if fds >= 0 {
-			return f <= fds+2 && g <= gs+2
-		}
-		return f == prevF && g == prevG
-	}
-	if testwait.Until(testwait.Guard, settled) != nil {
-		t.Fatalf("after every unmount: %d descriptors and %d goroutines, against %d and %d before", f, g, fds, gs)
-	}
-	return f, g
+	leakcheck.Back(t, base, "after every unmount")
 }

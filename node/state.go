@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 // stateFile is the mount table kept in the state directory, so that a node
@@ -76,32 +78,7 @@ func (s *stateFile) save(ms []stateMount) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(s.path)
-	f, err := os.CreateTemp(dir, ".mounts.json.*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // fails harmlessly once renamed
-	if _, err := f.Write(append(data, '\n')); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), s.path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(s.path, append(data, '\n'), 0o600, atomicfile.Durable)
 }
 
 // saveState writes the live mounts to the state file, if there is one.

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 // The journal is one small JSON file per entry with a closed, not yet
@@ -50,40 +51,19 @@ func (j *journal) path(id string) string { return filepath.Join(j.dir, id+".json
 // put replaces the record of r.ID atomically; durably (fsync) if j.sync
 // or sync is set.
 func (j *journal) put(r record, sync bool) error {
-	sync = sync || j.sync
 	data, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(j.dir, "."+r.ID+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return stagingErr("journal", r.Key, err)
+	return stagingErr("journal", r.Key, atomicfile.Write(j.path(r.ID), data, 0o600, j.durability(sync)))
+}
+
+// durability is how a record is written: durably if j.sync or sync is set.
+func (j *journal) durability(sync bool) atomicfile.Sync {
+	if sync || j.sync {
+		return atomicfile.Durable
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return stagingErr("journal", r.Key, err)
-	}
-	if sync {
-		if err := f.Sync(); err != nil {
-			f.Close()
-			os.Remove(tmp)
-			return stagingErr("journal", r.Key, err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return stagingErr("journal", r.Key, err)
-	}
-	if err := os.Rename(tmp, j.path(r.ID)); err != nil {
-		os.Remove(tmp)
-		return stagingErr("journal", r.Key, err)
-	}
-	if !sync {
-		return nil
-	}
-	return syncDir(j.dir)
+	return atomicfile.NoSync
 }
 
 // putRaw writes data as the record name, atomically (temp file, rename).
@@ -91,30 +71,7 @@ func (j *journal) putRaw(name string, data []byte) error {
 	if err := os.MkdirAll(j.dir, 0o700); err != nil {
 		return err
 	}
-	tmp := filepath.Join(j.dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if j.sync {
-		f, err := os.Open(tmp)
-		if err == nil {
-			err = f.Sync()
-			f.Close()
-		}
-		if err != nil {
-			os.Remove(tmp)
-			return err
-		}
-	}
-	if err := os.Rename(tmp, j.path(name)); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if j.sync {
-		return syncDir(j.dir)
-	}
-	return nil
+	return atomicfile.Write(j.path(name), data, 0o600, j.durability(false))
 }
 
 // remove deletes the record of id; a missing record is not an error.
@@ -125,7 +82,7 @@ func (j *journal) remove(id string) error {
 	if !j.sync {
 		return nil
 	}
-	return syncDir(j.dir)
+	return atomicfile.SyncDir(j.dir)
 }
 
 // badRecord is a journal file that cannot be read as a record.
@@ -147,7 +104,9 @@ func (j *journal) load() ([]record, []badRecord, error) {
 	for _, de := range des {
 		name := de.Name()
 		if strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".tmp") {
-			os.Remove(filepath.Join(j.dir, name)) // a record never renamed into place
+			// A record never renamed into place: atomicfile's temporary
+			// names, and the .<id>.tmp of older daemons.
+			os.Remove(filepath.Join(j.dir, name))
 			continue
 		}
 		if !strings.HasSuffix(name, ".json") {
@@ -170,15 +129,6 @@ func (j *journal) load() ([]record, []badRecord, error) {
 		out = append(out, r)
 	}
 	return out, bad, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // stagingErr turns a local staging-disk error into a backends error the

@@ -1,10 +1,7 @@
 package oss
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/backendtest"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 )
@@ -54,23 +52,6 @@ func isolateChain(t *testing.T, ecs bool) {
 	t.Setenv("ALIBABA_CLOUD_IMDSV1_DISABLED", "true") // the hardened mode only
 }
 
-// jwt is an unsigned OIDC token expiring at exp, as a service account's
-// projected token looks to the emulator.
-func jwt(exp time.Time) string {
-	enc := base64.RawURLEncoding.EncodeToString
-	claims, _ := json.Marshal(map[string]any{"iss": "https://oidc.test", "sub": "system:serviceaccount:ml:trainer", "aud": "sts.aliyuncs.com", "exp": exp.Unix()})
-	return enc([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc(claims) + "." + enc([]byte("signature"))
-}
-
-func writeFile(t *testing.T, name, body string, mode os.FileMode) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, []byte(body), mode); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // openChain opens the chain emulator's bucket with keys from the default
 // chain and returns the backend, or New's error.
 func openChain(t *testing.T) (*Backend, error) {
@@ -107,15 +88,15 @@ func TestChainSources(t *testing.T) {
 		{"OIDC role (RRSA)", "OIDC role acs:ram::1:role/reader", false, func(t *testing.T) {
 			t.Setenv("ALIBABA_CLOUD_ROLE_ARN", "acs:ram::1:role/reader")
 			t.Setenv("ALIBABA_CLOUD_OIDC_PROVIDER_ARN", "acs:ram::1:oidc-provider/ack-rrsa")
-			t.Setenv("ALIBABA_CLOUD_OIDC_TOKEN_FILE", writeFile(t, "token", jwt(time.Now().Add(time.Hour)), 0o600))
+			t.Setenv("ALIBABA_CLOUD_OIDC_TOKEN_FILE", ossemutest.WriteFile(t, "token", ossemutest.WebToken("sts.aliyuncs.com", time.Now().Add(time.Hour)), 0o600))
 		}},
 		{"credentials file, default profile", "credentials file", false, func(t *testing.T) {
-			t.Setenv("ALIBABA_CLOUD_CREDENTIALS_FILE", writeFile(t, "credentials", fmt.Sprintf(
+			t.Setenv("ALIBABA_CLOUD_CREDENTIALS_FILE", ossemutest.WriteFile(t, "credentials", fmt.Sprintf(
 				"[default]\nenable = true\ntype = access_key\naccess_key_id = %s\naccess_key_secret = %s\n",
 				ossemutest.AccessKeyID, ossemutest.AccessKeySecret), 0o600))
 		}},
 		{"credentials file, RAM role profile (AssumeRole)", "profile ops", false, func(t *testing.T) {
-			t.Setenv("ALIBABA_CLOUD_CREDENTIALS_FILE", writeFile(t, "credentials", fmt.Sprintf(
+			t.Setenv("ALIBABA_CLOUD_CREDENTIALS_FILE", ossemutest.WriteFile(t, "credentials", fmt.Sprintf(
 				"[default]\ntype = access_key\naccess_key_id = nobody\naccess_key_secret = nothing\n\n"+
 					"[ops]\ntype = ram_role_arn\naccess_key_id = %s\naccess_key_secret = %s\nrole_arn = acs:ram::1:role/reader\nrole_session_name = mlfsd\n",
 				ossemutest.AccessKeyID, ossemutest.AccessKeySecret), 0o600))
@@ -138,7 +119,7 @@ func TestChainSources(t *testing.T) {
 				t.Errorf("source %q, want it to name %q", b.cred.source, c.source)
 			}
 			key := strings.ReplaceAll(c.name, " ", "-")
-			putGet(t, b, key)
+			backendtest.WriteReadBack(t, b, key)
 			after := srv.Stats()
 			switch c.name {
 			case "credentials file, default profile":
@@ -154,31 +135,6 @@ func TestChainSources(t *testing.T) {
 	}
 }
 
-// putGet writes an object through b and reads it back.
-func putGet(t *testing.T, b *Backend, key string) {
-	t.Helper()
-	ctx := t.Context()
-	w, err := b.Write(ctx, key, backends.WriteOptions{SizeHint: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write([]byte("data of " + key)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Commit(ctx); err != nil {
-		t.Fatalf("write %s: %v", key, err)
-	}
-	r, err := b.Read(ctx, key, backends.ReadOptions{Length: -1})
-	if err != nil {
-		t.Fatalf("read %s: %v", key, err)
-	}
-	got, err := io.ReadAll(r)
-	r.Close()
-	if err != nil || string(got) != "data of "+key {
-		t.Fatalf("read %s: %q, %v", key, got, err)
-	}
-}
-
 // TestChainErrors: each bad credential fails New with an error that names
 // its source and what is wrong, and never holds the secret.
 func TestChainErrors(t *testing.T) {
@@ -191,7 +147,7 @@ func TestChainErrors(t *testing.T) {
 		{"expired token file", func(t *testing.T) {
 			t.Setenv("ALIBABA_CLOUD_ROLE_ARN", "acs:ram::1:role/reader")
 			t.Setenv("ALIBABA_CLOUD_OIDC_PROVIDER_ARN", "acs:ram::1:oidc-provider/ack-rrsa")
-			t.Setenv("ALIBABA_CLOUD_OIDC_TOKEN_FILE", writeFile(t, "token", jwt(time.Now().Add(-time.Minute)), 0o600))
+			t.Setenv("ALIBABA_CLOUD_OIDC_TOKEN_FILE", ossemutest.WriteFile(t, "token", ossemutest.WebToken("sts.aliyuncs.com", time.Now().Add(-time.Minute)), 0o600))
 		}, []string{"OIDC role acs:ram::1:role/reader", "AuthenticationFail.OIDCToken.Expired"}},
 		{"missing token file", func(t *testing.T) {
 			t.Setenv("ALIBABA_CLOUD_ROLE_ARN", "acs:ram::1:role/reader")
@@ -201,10 +157,10 @@ func TestChainErrors(t *testing.T) {
 		{"wrong role", func(t *testing.T) {
 			t.Setenv("ALIBABA_CLOUD_ROLE_ARN", "acs:ram::1:role/admin")
 			t.Setenv("ALIBABA_CLOUD_OIDC_PROVIDER_ARN", "acs:ram::1:oidc-provider/ack-rrsa")
-			t.Setenv("ALIBABA_CLOUD_OIDC_TOKEN_FILE", writeFile(t, "token", jwt(time.Now().Add(time.Hour)), 0o600))
+			t.Setenv("ALIBABA_CLOUD_OIDC_TOKEN_FILE", ossemutest.WriteFile(t, "token", ossemutest.WebToken("sts.aliyuncs.com", time.Now().Add(time.Hour)), 0o600))
 		}, []string{"OIDC role acs:ram::1:role/admin", "EntityNotExist.Role"}},
 		{"unreadable profile", func(t *testing.T) {
-			p := writeFile(t, "credentials", "[default]\ntype = access_key\naccess_key_id = AK\naccess_key_secret = "+secret+"\n", 0o600)
+			p := ossemutest.WriteFile(t, "credentials", "[default]\ntype = access_key\naccess_key_id = AK\naccess_key_secret = "+secret+"\n", 0o600)
 			if err := os.Chmod(filepath.Dir(p), 0o000); err != nil {
 				t.Fatal(err)
 			}
@@ -217,7 +173,7 @@ func TestChainErrors(t *testing.T) {
 			}
 		}, []string{"credentials file", "Can not open file"}},
 		{"wrong key in profile", func(t *testing.T) {
-			t.Setenv("ALIBABA_CLOUD_CREDENTIALS_FILE", writeFile(t, "credentials", "[default]\ntype = access_key\naccess_key_id = AKWRONG\naccess_key_secret = "+secret+"\n", 0o600))
+			t.Setenv("ALIBABA_CLOUD_CREDENTIALS_FILE", ossemutest.WriteFile(t, "credentials", "[default]\ntype = access_key\naccess_key_id = AKWRONG\naccess_key_secret = "+secret+"\n", 0o600))
 		}, []string{"InvalidAccessKeyId", "credentials file"}},
 		{"metadata unreachable", func(t *testing.T) {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -316,7 +272,7 @@ func TestSignsV4ByDefault(t *testing.T) {
 		clear(seen)
 		mu.Unlock()
 		b := openURI(t, "oss://"+testBucket+"/sig/", Options{Endpoint: ts.URL, Retry: fastRetry, SignatureVersion: c.version, Region: c.region})
-		putGet(t, b, "k")
+		backendtest.WriteReadBack(t, b, "k")
 		b.Close()
 		mu.Lock()
 		if len(seen) != 1 || seen[c.want] == 0 {

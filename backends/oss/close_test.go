@@ -4,24 +4,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
+	"github.com/mlfsd/mlfsd/internal/leakcheck"
 )
-
-// openFds counts the process's open file descriptors.
-func openFds(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
 
 // TestCloseReleasesConnections: a closed backend keeps no connection and
 // no goroutine. 40 backends are opened, each reads four objects at once
@@ -30,7 +19,7 @@ func openFds(t *testing.T) int {
 // connection when the client closes it) then come back to what they were.
 // Before Close closed its idle connections, each closed backend kept them
 // for the SDK's IdleConnTimeout, 120 s: the wait below, which polls the
-// counts, would run into its 60 s hang guard.
+// counts, would run into its hang guard (leakcheck.Guard, 60 s).
 func TestCloseReleasesConnections(t *testing.T) {
 	setCreds(t)
 	e := startEmu(t, ossemu.Options{})
@@ -68,35 +57,9 @@ func TestCloseReleasesConnections(t *testing.T) {
 	// One cycle first, so that what stays for the life of the process
 	// (the emulator's listener, runtime workers) is in the baseline.
 	cycle()
-	fds, gs := settle(t, -1, -1)
+	base := leakcheck.Baseline(t)
 	for range 40 {
 		cycle()
 	}
-	settle(t, fds, gs)
-}
-
-// settle waits until the process's descriptors and goroutines are back to
-// at most fds and gs (plus a little slack for runtime and test
-// goroutines), and returns the counts it saw. Negative bounds only let
-// the counts stop falling.
-func settle(t *testing.T, fds, gs int) (int, int) {
-	t.Helper()
-	guard := time.Now().Add(60 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	prevF, prevG := -1, -1
-	for {
-		runtime.GC()
-		f, g := openFds(t), runtime.NumGoroutine()
-		switch {
-		case fds >= 0 && f <= fds+2 && g <= gs+2:
-			return f, g
-		case fds < 0 && f == prevF && g == prevG:
-			return f, g
-		case time.Now().After(guard):
-			t.Fatalf("after closing every backend: %d descriptors and %d goroutines, against %d and %d before", f, g, fds, gs)
-		}
-		prevF, prevG = f, g
-		<-tick.C
-	}
+	leakcheck.Back(t, base, "after closing every backend")
 }

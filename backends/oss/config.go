@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"strings"
+
+	"github.com/mlfsd/mlfsd/backends/objstore"
 )
 
 // credentials are an access key pair and an optional STS token. They are
@@ -43,12 +45,8 @@ func (c Credentials) MarshalJSON() ([]byte, error) {
 // and other keys are ignored. A file that group or others may read is
 // refused, as ssh refuses a private key.
 func readCredentialsFile(path string) (credentials, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return credentials{}, fmt.Errorf("OSS credentials file: %w", err)
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return credentials{}, fmt.Errorf("OSS credentials file %s is accessible by group or others (mode %04o): run chmod 600 %s", path, fi.Mode().Perm(), path)
+	if err := objstore.CheckSecretFile("OSS", path); err != nil {
+		return credentials{}, err
 	}
 	f, err := os.Open(path)
 	if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/aliyun/credentials-go/credentials/providers"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/objstore"
 	"github.com/mlfsd/mlfsd/backends/prefixdirs"
 )
 
@@ -88,53 +89,32 @@ type Options struct {
 }
 
 // DefaultConnectTimeout is Options.ConnectTimeout's default.
-const DefaultConnectTimeout = 10 * time.Second
+const DefaultConnectTimeout = objstore.DefaultConnectTimeout
 
 // rwTimeout bounds each read or write on a connection (the SDK's
 // read/write timeout); an idle connection may wait ten times as long.
 const rwTimeout = 120 * time.Second
 
+// MinPartSize is the smallest multipart part OSS takes (but the last).
+const MinPartSize = 100 << 10
+
 const (
-	defaultThreshold   = 16 << 20
-	defaultPartSize    = 8 << 20
-	defaultConcurrency = 4
-	defaultStaged      = 16
-	minPartSize        = 100 << 10
-	maxPartSize        = 5 << 30
-	maxParts           = 10000
-	listPageSize       = 1000
+	maxPartSize  = objstore.MaxPartSize
+	maxParts     = objstore.MaxParts
+	listPageSize = 1000
 )
 
+// store is OSS's part of the options' validation.
+var store = objstore.Store{Name: "OSS", MinPartSize: MinPartSize, MinPartSizeText: "100 KiB"}
+
+// withDefaults fills and checks the options (objstore.Store.Apply).
 func (o Options) withDefaults() (Options, error) {
-	if o.MultipartThreshold == 0 {
-		o.MultipartThreshold = defaultThreshold
-	}
-	if o.PartSize == 0 {
-		o.PartSize = defaultPartSize
-	}
-	if o.Concurrency == 0 {
-		o.Concurrency = defaultConcurrency
-	}
-	if o.StagedConcurrency == 0 {
-		o.StagedConcurrency = defaultStaged
-	}
-	if o.ConnectTimeout == 0 {
-		o.ConnectTimeout = DefaultConnectTimeout
-	}
-	switch {
-	case o.ConnectTimeout < 0:
-		return o, fmt.Errorf("OSS connect timeout %v: want a positive duration", o.ConnectTimeout)
-	case o.PartSize < minPartSize || o.PartSize > maxPartSize:
-		return o, fmt.Errorf("OSS part size %d: want 100 KiB to 5 GiB", o.PartSize)
-	case o.MultipartThreshold < 0 || o.MultipartThreshold > maxPartSize:
-		return o, fmt.Errorf("OSS multipart threshold %d: want 0 to 5 GiB", o.MultipartThreshold)
-	case o.Concurrency < 1 || o.Concurrency > 256:
-		return o, fmt.Errorf("OSS upload concurrency %d: want 1 to 256", o.Concurrency)
-	case o.StagedConcurrency < 1 || o.StagedConcurrency > 256:
-		return o, fmt.Errorf("OSS staged upload concurrency %d: want 1 to 256", o.StagedConcurrency)
-	}
-	o.Retry = o.Retry.WithDefaults()
-	return o, nil
+	err := store.Apply(objstore.Transfer{
+		MultipartThreshold: &o.MultipartThreshold, PartSize: &o.PartSize,
+		Concurrency: &o.Concurrency, StagedConcurrency: &o.StagedConcurrency,
+		ConnectTimeout: &o.ConnectTimeout, Retry: &o.Retry,
+	})
+	return o, err
 }
 
 // Backend is an OSS bucket prefix.

@@ -5,14 +5,11 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"syscall"
 
 	alioss "github.com/aliyun/aliyun-oss-go-sdk/oss"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/objstore"
 )
 
 // RetryOptions bound the retries of one storage call.
@@ -65,32 +62,19 @@ func statusOf(err error) (int, string) {
 	return 0, ""
 }
 
-// isTransient classifies an error as worth retrying.
-func isTransient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	if st, _ := statusOf(err); st != 0 {
-		return st >= 500 || st == http.StatusTooManyRequests || st == http.StatusRequestTimeout
-	}
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
-		return false // a misspelt endpoint does not heal
-	}
-	var crcErr alioss.CRCCheckError
-	var synErr *xml.SyntaxError
-	var netErr net.Error
-	var opErr *net.OpError
-	switch {
-	case errors.Is(err, errTruncated), errors.Is(err, errCRC), errors.As(err, &crcErr),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
-		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED),
-		errors.As(err, &synErr), errors.As(err, &netErr), errors.As(err, &opErr):
-		return true
-	}
-	return false
+// rules are OSS's part of the error classification shared with s3.
+var rules = objstore.Rules{
+	Status: statusOf,
+	Retryable: func(err error) bool {
+		var crcErr alioss.CRCCheckError
+		var synErr *xml.SyntaxError
+		return errors.Is(err, errTruncated) || errors.Is(err, errCRC) ||
+			errors.As(err, &crcErr) || errors.As(err, &synErr)
+	},
 }
+
+// isTransient classifies an error as worth retrying.
+func isTransient(err error) bool { return rules.Transient(err) }
 
 func (b *Backend) credSource() string {
 	if b.cred == nil {
@@ -105,36 +89,24 @@ var errCRC = errors.New("CRC64 of the data read differs from the object's x-oss-
 // wrapErr turns an SDK error into a backends error wrapping the sentinel
 // that applies, with a message that says what to fix where one is known.
 func (b *Backend) wrapErr(op, key string, err error) error {
-	if err == nil {
-		return nil
-	}
+	// The code goes along for backends.StoreCode (metrics by error code),
+	// unless err was classified already.
 	var done *backends.OpError
-	if errors.As(err, &done) {
-		return err // already classified
+	if !errors.As(err, &done) {
+		if _, code := statusOf(err); code != "" {
+			err = codedError{code: code, err: err}
+		}
 	}
-	st, code := statusOf(err)
-	if code != "" {
-		err = codedError{code: code, err: err}
-	}
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return backends.Wrap(op, key, nil, err)
-	case code == "NoSuchBucket":
-		return backends.Wrap(op, key, backends.ErrNotExist, fmt.Errorf("bucket %q does not exist at endpoint %s (check the bucket in the URI and --oss-endpoint / OSS_ENDPOINT): %w", b.bucketName, b.endpointHost, err))
-	case st == http.StatusForbidden || st == http.StatusUnauthorized:
-		return backends.Wrap(op, key, backends.ErrPermission, fmt.Errorf("OSS refused access to bucket %q (%s) to the key from %s: check that source, and that its key may access the bucket: %w", b.bucketName, code, b.credSource(), err))
-	case st == http.StatusNotFound:
-		return backends.Wrap(op, key, backends.ErrNotExist, err)
-	case st == http.StatusPreconditionFailed:
-		return backends.Wrap(op, key, backends.ErrVersionMismatch, err)
-	case st == http.StatusConflict:
-		return backends.Wrap(op, key, backends.ErrExist, err)
-	case st == http.StatusBadRequest:
-		return backends.Wrap(op, key, backends.ErrInvalid, err)
-	case isTransient(err):
-		return backends.Wrap(op, key, backends.ErrTransient, err)
-	}
-	return backends.Wrap(op, key, nil, err)
+	return rules.Wrap(op, key, err, func(k objstore.Kind, err error) error {
+		switch k {
+		case objstore.NoBucket:
+			return fmt.Errorf("bucket %q does not exist at endpoint %s (check the bucket in the URI and --oss-endpoint / OSS_ENDPOINT): %w", b.bucketName, b.endpointHost, err)
+		case objstore.Denied:
+			_, code := statusOf(err)
+			return fmt.Errorf("OSS refused access to bucket %q (%s) to the key from %s: check that source, and that its key may access the bucket: %w", b.bucketName, code, b.credSource(), err)
+		}
+		return nil
+	})
 }
 
 // codedError carries OSS's error code to backends.StoreCode (the SDK's

@@ -2,11 +2,8 @@ package s3
 
 import (
 	"crypto/sha1"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,29 +12,10 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/backendtest"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
 )
-
-// webToken is an unsigned OIDC token expiring at exp, as a projected
-// service-account token looks to the emulator's STS.
-func webToken(exp time.Time) string {
-	enc := base64.RawURLEncoding.EncodeToString
-	claims, _ := json.Marshal(map[string]any{"iss": "https://oidc.eks.test", "sub": "system:serviceaccount:ml:trainer", "aud": "sts.amazonaws.com", "exp": exp.Unix()})
-	return enc([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc(claims) + "." + enc([]byte("signature"))
-}
-
-func writeTemp(t *testing.T, name, body string, mode os.FileMode) string {
-	t.Helper()
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(body), mode); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // chainEnv is an emulator with STS and metadata endpoints for the AWS
 // chain tests.
@@ -71,31 +49,6 @@ func (c chainEnv) open(t *testing.T, query string, opt Options) (*Backend, error
 	return b.(*Backend), nil
 }
 
-// putGet writes an object through b and reads it back.
-func putGet(t *testing.T, b *Backend, key string) {
-	t.Helper()
-	ctx := t.Context()
-	w, err := b.Write(ctx, key, backends.WriteOptions{SizeHint: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write([]byte("data of " + key)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Commit(ctx); err != nil {
-		t.Fatalf("write %s: %v", key, err)
-	}
-	r, err := b.Read(ctx, key, backends.ReadOptions{Length: -1})
-	if err != nil {
-		t.Fatalf("read %s: %v", key, err)
-	}
-	got, err := io.ReadAll(r)
-	r.Close()
-	if err != nil || string(got) != "data of "+key {
-		t.Fatalf("read %s: %q, %v", key, got, err)
-	}
-}
-
 // TestChainSources: each source of the AWS SDK's default chain, set alone,
 // gives keys the emulator issued (web identity through its STS, container
 // credentials, IMDSv2, SSO) or accepts (a profile of the shared files),
@@ -109,22 +62,22 @@ func TestChainSources(t *testing.T) {
 	}{
 		{"web identity (IRSA)", "", "WebIdentityCredentials", func(t *testing.T) {
 			t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/reader")
-			t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", writeTemp(t, "token", webToken(time.Now().Add(time.Hour)), 0o600))
+			t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", ossemutest.WriteFile(t, "token", ossemutest.WebToken("sts.amazonaws.com", time.Now().Add(time.Hour)), 0o600))
 			t.Setenv("AWS_ENDPOINT_URL_STS", env.endpoint)
 		}},
 		{"shared config profile with a web identity", "&profile=irsa", "WebIdentityCredentials", func(t *testing.T) {
-			tok := writeTemp(t, "token", webToken(time.Now().Add(time.Hour)), 0o600)
-			t.Setenv("AWS_CONFIG_FILE", writeTemp(t, "config", "[profile irsa]\nrole_arn = arn:aws:iam::123456789012:role/reader\nweb_identity_token_file = "+tok+"\n", 0o600))
+			tok := ossemutest.WriteFile(t, "token", ossemutest.WebToken("sts.amazonaws.com", time.Now().Add(time.Hour)), 0o600)
+			t.Setenv("AWS_CONFIG_FILE", ossemutest.WriteFile(t, "config", "[profile irsa]\nrole_arn = arn:aws:iam::123456789012:role/reader\nweb_identity_token_file = "+tok+"\n", 0o600))
 			t.Setenv("AWS_ENDPOINT_URL_STS", env.endpoint)
 		}},
 		{"shared credentials file, AWS_PROFILE", "", "SharedConfigCredentials", func(t *testing.T) {
-			t.Setenv("AWS_SHARED_CREDENTIALS_FILE", writeTemp(t, "credentials", fmt.Sprintf("[default]\naws_access_key_id = AKWRONG\naws_secret_access_key = wrong\n\n[emu]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
+			t.Setenv("AWS_SHARED_CREDENTIALS_FILE", ossemutest.WriteFile(t, "credentials", fmt.Sprintf("[default]\naws_access_key_id = AKWRONG\naws_secret_access_key = wrong\n\n[emu]\naws_access_key_id = %s\naws_secret_access_key = %s\n",
 				ossemutest.AccessKeyID, ossemutest.AccessKeySecret), 0o600))
 			t.Setenv("AWS_PROFILE", "emu")
 		}},
 		{"container credentials (EKS Pod Identity)", "", "CredentialsEndpoint", func(t *testing.T) {
 			t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", env.metadata+ossemu.AWSContainerCredentialsPath)
-			t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", writeTemp(t, "eks-pod-identity-token", "container-auth-token", 0o600))
+			t.Setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", ossemutest.WriteFile(t, "eks-pod-identity-token", "container-auth-token", 0o600))
 		}},
 		{"EC2 instance metadata (IMDSv2)", "", "EC2RoleProvider", func(t *testing.T) {
 			t.Setenv("AWS_EC2_METADATA_DISABLED", "false")
@@ -143,7 +96,7 @@ func TestChainSources(t *testing.T) {
 			if err := os.WriteFile(cache, []byte(body), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			t.Setenv("AWS_CONFIG_FILE", writeTemp(t, "config", "[profile sso]\nsso_start_url = "+start+"\nsso_region = us-east-1\nsso_account_id = 123456789012\nsso_role_name = reader\n", 0o600))
+			t.Setenv("AWS_CONFIG_FILE", ossemutest.WriteFile(t, "config", "[profile sso]\nsso_start_url = "+start+"\nsso_region = us-east-1\nsso_account_id = 123456789012\nsso_role_name = reader\n", 0o600))
 			t.Setenv("AWS_ENDPOINT_URL_SSO", env.metadata)
 		}},
 	} {
@@ -159,7 +112,7 @@ func TestChainSources(t *testing.T) {
 			if !strings.Contains(b.credSource, c.source) {
 				t.Errorf("source %q, want %q", b.credSource, c.source)
 			}
-			putGet(t, b, strings.ReplaceAll(c.name, " ", "-"))
+			backendtest.WriteReadBack(t, b, strings.ReplaceAll(c.name, " ", "-"))
 			issued := env.srv.Stats()["sts.issued"] - before["sts.issued"]
 			if static := c.source == "SharedConfigCredentials"; static != (issued == 0) {
 				t.Errorf("%d keys issued by the emulator", issued)
@@ -180,7 +133,7 @@ func TestChainErrors(t *testing.T) {
 	}{
 		{"expired token file", "", func(t *testing.T) {
 			t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/reader")
-			t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", writeTemp(t, "token", webToken(time.Now().Add(-time.Minute)), 0o600))
+			t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", ossemutest.WriteFile(t, "token", ossemutest.WebToken("sts.amazonaws.com", time.Now().Add(-time.Minute)), 0o600))
 			t.Setenv("AWS_ENDPOINT_URL_STS", env.endpoint)
 		}, []string{"AssumeRoleWithWebIdentity", "ExpiredTokenException"}},
 		{"missing token file", "", func(t *testing.T) {
@@ -190,7 +143,7 @@ func TestChainErrors(t *testing.T) {
 		}, []string{"/nonexistent/token"}},
 		{"wrong role", "", func(t *testing.T) {
 			t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/admin")
-			t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", writeTemp(t, "token", webToken(time.Now().Add(time.Hour)), 0o600))
+			t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", ossemutest.WriteFile(t, "token", ossemutest.WebToken("sts.amazonaws.com", time.Now().Add(time.Hour)), 0o600))
 			t.Setenv("AWS_ENDPOINT_URL_STS", env.endpoint)
 		}, []string{"AccessDenied", "role/admin"}},
 		{"unreadable profile", "&profile=emu", func(t *testing.T) {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+
+	"github.com/mlfsd/mlfsd/backends/objstore"
 )
 
 // ChainSources names, in the order the AWS SDK's default chain tries
@@ -36,12 +38,8 @@ func newCredentials(ctx context.Context, opt Options, region, profile string) (a
 		config.WithCredentialsCacheOptions(func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = expiryWindow }),
 	}
 	if f := opt.CredentialsFile; f != "" {
-		fi, err := os.Stat(f)
-		if err != nil {
-			return nil, "", fmt.Errorf("S3 credentials file: %w", err)
-		}
-		if fi.Mode().Perm()&0o077 != 0 {
-			return nil, "", fmt.Errorf("S3 credentials file %s is accessible by group or others (mode %04o): run chmod 600 %s", f, fi.Mode().Perm(), f)
+		if err := objstore.CheckSecretFile("S3", f); err != nil {
+			return nil, "", err
 		}
 		lo = append(lo, config.WithSharedCredentialsFiles([]string{f}))
 		source += " with credentials file " + f

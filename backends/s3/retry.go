@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/objstore"
 )
 
 // RetryOptions bound the retries of one storage call.
@@ -71,85 +69,47 @@ func statusOf(err error) (int, string) {
 	return st, code
 }
 
+// rules are S3's part of the error classification shared with oss.
+var rules = objstore.Rules{
+	Status: statusOf,
+	// ConditionalRequestConflict (409): a conditional write raced another
+	// change of the key; S3 asks for a retry, which the condition then
+	// decides.
+	RetryCodes: []string{"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "ConditionalRequestConflict"},
+	// Signed for the wrong region, or a bucket of another region.
+	RegionCodes:     []string{"AuthorizationHeaderMalformed", "PermanentRedirect"},
+	RegionStatuses:  []int{http.StatusMovedPermanently},
+	InvalidStatuses: []int{http.StatusRequestedRangeNotSatisfiable},
+	RetryTimeouts:   true,
+	Retryable: func(err error) bool {
+		var deserErr *smithy.DeserializationError
+		var se *smithyhttp.RequestSendError
+		return errors.Is(err, errTruncated) || errors.As(err, &deserErr) || errors.As(err, &se)
+	},
+}
+
 // isTransient classifies an error as worth retrying. The transport's own
 // timeouts (no response headers in time, a connection idle past
 // ResponseTimeout) are; they also match context.DeadlineExceeded, as the
 // caller's deadline does, which the retrier tells apart by looking at the
 // caller's context.
-func isTransient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
-		return false
-	}
-	var timeout net.Error
-	if errors.As(err, &timeout) && timeout.Timeout() {
-		return true
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	st, code := statusOf(err)
-	switch code {
-	case "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "ConditionalRequestConflict":
-		// ConditionalRequestConflict (409): a conditional write raced
-		// another change of the key; S3 asks for a retry, which the
-		// condition then decides.
-		return true
-	}
-	if st != 0 {
-		return st >= 500 || st == http.StatusTooManyRequests || st == http.StatusRequestTimeout
-	}
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
-		return false // a misspelt endpoint does not heal
-	}
-	var netErr net.Error
-	var opErr *net.OpError
-	var deserErr *smithy.DeserializationError
-	switch {
-	case errors.Is(err, errTruncated),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
-		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED),
-		errors.As(err, &deserErr), errors.As(err, &netErr), errors.As(err, &opErr):
-		return true
-	}
-	var se *smithyhttp.RequestSendError
-	return errors.As(err, &se)
-}
+func isTransient(err error) bool { return rules.Transient(err) }
 
 // wrapErr turns an SDK error into a backends error wrapping the sentinel
 // that applies, with a message that says what to fix where one is known.
 func (b *Backend) wrapErr(op, key string, err error) error {
-	if err == nil {
+	return rules.Wrap(op, key, err, func(k objstore.Kind, err error) error {
+		switch k {
+		case objstore.NoBucket:
+			return fmt.Errorf("bucket %q does not exist at %s (check the bucket in the URI and the endpoint: endpoint= in the URI, --s3-endpoint or AWS_ENDPOINT_URL): %w", b.bucket, b.where(), err)
+		case objstore.WrongRegion:
+			return fmt.Errorf("bucket %q at %s is not in region %s: set region= in the URI, --s3-region or AWS_REGION: %w", b.bucket, b.where(), b.ep.region, err)
+		case objstore.Denied:
+			_, code := statusOf(err)
+			return fmt.Errorf("S3 refused access to bucket %q at %s (%s): the keys come from %s: check that source, the region, and that its key may access the bucket: %w", b.bucket, b.where(), code, b.credSource, err)
+		}
 		return nil
-	}
-	var done *backends.OpError
-	if errors.As(err, &done) {
-		return err // already classified
-	}
-	st, code := statusOf(err)
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded) && !isTransient(err):
-		return backends.Wrap(op, key, nil, err)
-	case code == "NoSuchBucket":
-		return backends.Wrap(op, key, backends.ErrNotExist, fmt.Errorf("bucket %q does not exist at %s (check the bucket in the URI and the endpoint: endpoint= in the URI, --s3-endpoint or AWS_ENDPOINT_URL): %w", b.bucket, b.where(), err))
-	case code == "AuthorizationHeaderMalformed" || code == "PermanentRedirect" || st == http.StatusMovedPermanently:
-		// Signed for the wrong region, or a bucket of another region.
-		return backends.Wrap(op, key, backends.ErrInvalid, fmt.Errorf("bucket %q at %s is not in region %s: set region= in the URI, --s3-region or AWS_REGION: %w", b.bucket, b.where(), b.ep.region, err))
-	case st == http.StatusForbidden || st == http.StatusUnauthorized:
-		return backends.Wrap(op, key, backends.ErrPermission, fmt.Errorf("S3 refused access to bucket %q at %s (%s): the keys come from %s: check that source, the region, and that its key may access the bucket: %w", b.bucket, b.where(), code, b.credSource, err))
-	case st == http.StatusNotFound:
-		return backends.Wrap(op, key, backends.ErrNotExist, err)
-	case st == http.StatusPreconditionFailed:
-		return backends.Wrap(op, key, backends.ErrVersionMismatch, err)
-	case st == http.StatusConflict:
-		return backends.Wrap(op, key, backends.ErrExist, err)
-	case st == http.StatusBadRequest, st == http.StatusRequestedRangeNotSatisfiable:
-		return backends.Wrap(op, key, backends.ErrInvalid, err)
-	case isTransient(err):
-		return backends.Wrap(op, key, backends.ErrTransient, err)
-	}
-	return backends.Wrap(op, key, nil, err)
+	})
 }
 
 // where names the endpoint for error messages.

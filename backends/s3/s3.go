@@ -35,6 +35,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/backends/objstore"
 	"github.com/mlfsd/mlfsd/backends/prefixdirs"
 )
 
@@ -112,58 +113,43 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultConnectTimeout  = 10 * time.Second
+	DefaultConnectTimeout  = objstore.DefaultConnectTimeout
 	DefaultResponseTimeout = 120 * time.Second
 )
 
+// MinPartSize is the smallest multipart part S3 takes (but the last).
+const MinPartSize = 5 << 20
+
 const (
-	defaultThreshold   = 16 << 20
-	defaultPartSize    = 8 << 20
-	defaultConcurrency = 4
-	defaultStaged      = 16
-	minPartSize        = 5 << 20
-	maxPartSize        = 5 << 30
-	maxParts           = 10000
-	listPageSize       = 1000
+	maxPartSize  = objstore.MaxPartSize
+	maxParts     = objstore.MaxParts
+	listPageSize = 1000
 	// maxKeyBytes is S3's limit on an object key.
 	maxKeyBytes = 1024
 )
 
+// store is S3's part of the options' validation.
+var store = objstore.Store{Name: "S3", MinPartSize: MinPartSize, MinPartSizeText: "5 MiB"}
+
+// withDefaults fills and checks the options: S3's own (the response
+// timeout, checksums), then those every object store has
+// (objstore.Store.Apply).
 func (o Options) withDefaults() (Options, error) {
-	if o.MultipartThreshold == 0 {
-		o.MultipartThreshold = defaultThreshold
-	}
-	if o.PartSize == 0 {
-		o.PartSize = defaultPartSize
-	}
-	if o.Concurrency == 0 {
-		o.Concurrency = defaultConcurrency
-	}
-	if o.StagedConcurrency == 0 {
-		o.StagedConcurrency = defaultStaged
-	}
-	if o.ConnectTimeout == 0 {
-		o.ConnectTimeout = DefaultConnectTimeout
-	}
 	if o.ResponseTimeout == 0 {
 		o.ResponseTimeout = DefaultResponseTimeout
 	}
-	switch {
-	case o.ConnectTimeout < 0 || o.ResponseTimeout < 0:
+	if o.ConnectTimeout < 0 || o.ResponseTimeout < 0 {
 		return o, fmt.Errorf("S3 timeouts %v, %v: want positive durations", o.ConnectTimeout, o.ResponseTimeout)
-	case o.PartSize < minPartSize || o.PartSize > maxPartSize:
-		return o, fmt.Errorf("S3 part size %d: want 5 MiB to 5 GiB", o.PartSize)
-	case o.MultipartThreshold < 0 || o.MultipartThreshold > maxPartSize:
-		return o, fmt.Errorf("S3 multipart threshold %d: want 0 to 5 GiB", o.MultipartThreshold)
-	case o.Concurrency < 1 || o.Concurrency > 256:
-		return o, fmt.Errorf("S3 upload concurrency %d: want 1 to 256", o.Concurrency)
-	case o.StagedConcurrency < 1 || o.StagedConcurrency > 256:
-		return o, fmt.Errorf("S3 staged upload concurrency %d: want 1 to 256", o.StagedConcurrency)
-	case o.UploadChecksums != "" && o.UploadChecksums != "crc32" && o.UploadChecksums != "off":
-		return o, fmt.Errorf("S3 upload checksums %q: want crc32 or off", o.UploadChecksums)
 	}
-	o.Retry = o.Retry.WithDefaults()
-	return o, nil
+	err := store.Apply(objstore.Transfer{
+		MultipartThreshold: &o.MultipartThreshold, PartSize: &o.PartSize,
+		Concurrency: &o.Concurrency, StagedConcurrency: &o.StagedConcurrency,
+		ConnectTimeout: &o.ConnectTimeout, Retry: &o.Retry,
+	})
+	if err == nil && o.UploadChecksums != "" && o.UploadChecksums != "crc32" && o.UploadChecksums != "off" {
+		err = fmt.Errorf("S3 upload checksums %q: want crc32 or off", o.UploadChecksums)
+	}
+	return o, err
 }
 
 // Backend is an S3 bucket prefix.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/all"
 	"github.com/mlfsd/mlfsd/bench"
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 	"github.com/mlfsd/mlfsd/node"
 )
 
@@ -206,7 +206,7 @@ Workloads:
 				return fmt.Errorf("bench run: %w", err)
 			}
 			if out != "" {
-				if err := writeFileAtomic(out, func(w io.Writer) error { return rep.WriteJSON(w) }); err != nil {
+				if err := atomicfile.WriteFunc(out, 0o644, atomicfile.NoSync, rep.WriteJSON); err != nil {
 					return fmt.Errorf("bench run: writing --out: %w", err)
 				}
 			}
@@ -351,30 +351,4 @@ func (a *app) benchFS(ctx context.Context, arg string) (fsys bench.FS, release f
 		return nil, nil, fmt.Errorf("%s names one object: give the dataset's directory URI, ending in /", arg)
 	}
 	return &bench.BackendFS{B: b, Name: u.String()}, func() { b.Close() }, nil
-}
-
-// writeFileAtomic writes path through a temporary file in the same
-// directory, so a failure leaves no half-written file.
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err := write(f); err != nil {
-		return err
-	}
-	// CreateTemp makes the file 0600; a report is no secret.
-	if err := f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -416,7 +415,7 @@ func TestRunOnTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out lockedBuffer
+	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("script(1) (util-linux): %v", err)
@@ -449,24 +448,6 @@ func TestRunOnTerminal(t *testing.T) {
 // shellQuoteTest quotes s for sh.
 func shellQuoteTest(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestRunStaleMount: a mount left under the root by a killed mlfsd is
 // detached by the next run of the job, which then mounts and runs.
 func TestRunStaleMount(t *testing.T) {
@@ -480,7 +461,7 @@ func TestRunStaleMount(t *testing.T) {
 	os.MkdirAll(mnt, 0o755)
 	cmd := mlfsdCmd(t, "mount", "--read-only", "--cache-dir", t.TempDir(), "nas://"+data+"/", mnt)
 	readyFile := withReadyFile(t, cmd)
-	var stderr lockedBuffer
+	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -86,6 +86,16 @@ func (s *Server) checkSafeModeLocked(op, p string) error {
 	return nil
 }
 
+// mayChangeLocked is the preamble of a request that changes src: refused
+// in safe mode (op says the change as the NameNode's message does), then
+// unless user may access src (parent: its parent directory) with want.
+func (s *Server) mayChangeLocked(sess *session, op, src string, want uint32, parent bool) error {
+	if err := s.checkSafeModeLocked(op, src); err != nil {
+		return err
+	}
+	return s.checkAccessLocked(sess.user, src, want, parent)
+}
+
 func (s *Server) getFileInfo(sess *session, r *pb.GetFileInfoRequestProto) (proto.Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -213,13 +223,10 @@ func (s *Server) create(sess *session, r *pb.CreateRequestProto) (proto.Message,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	src := cleanPath(r.GetSrc())
-	if err := s.checkSafeModeLocked("create", src); err != nil {
-		return nil, err
-	}
 	if src == "/" {
 		return nil, rerr(exAlreadyExists, "/ already exists as a directory")
 	}
-	if err := s.checkAccessLocked(sess.user, src, permWrite|permExec, true); err != nil {
+	if err := s.mayChangeLocked(sess, "create", src, permWrite|permExec, true); err != nil {
 		return nil, err
 	}
 	hp, err := s.hostPath(src)
@@ -374,10 +381,7 @@ func (s *Server) append(sess *session, r *pb.AppendRequestProto) (proto.Message,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	src := cleanPath(r.GetSrc())
-	if err := s.checkSafeModeLocked("append to", src); err != nil {
-		return nil, err
-	}
-	if err := s.checkAccessLocked(sess.user, src, permWrite, false); err != nil {
+	if err := s.mayChangeLocked(sess, "append to", src, permWrite, false); err != nil {
 		return nil, err
 	}
 	fi, err := s.lookup(src)
@@ -413,10 +417,7 @@ func (s *Server) rename2(sess *session, r *pb.Rename2RequestProto) (proto.Messag
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	src, dst := cleanPath(r.GetSrc()), cleanPath(r.GetDst())
-	if err := s.checkSafeModeLocked("rename", src); err != nil {
-		return nil, err
-	}
-	if err := s.checkAccessLocked(sess.user, src, permWrite|permExec, true); err != nil {
+	if err := s.mayChangeLocked(sess, "rename", src, permWrite|permExec, true); err != nil {
 		return nil, err
 	}
 	if err := s.checkAccessLocked(sess.user, dst, permWrite|permExec, true); err != nil {
@@ -474,13 +475,10 @@ func (s *Server) delete(sess *session, r *pb.DeleteRequestProto) (proto.Message,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	src := cleanPath(r.GetSrc())
-	if err := s.checkSafeModeLocked("delete", src); err != nil {
-		return nil, err
-	}
 	if src == "/" {
 		return nil, rerr(exIO, "the root directory cannot be deleted")
 	}
-	if err := s.checkAccessLocked(sess.user, src, permWrite|permExec, true); err != nil {
+	if err := s.mayChangeLocked(sess, "delete", src, permWrite|permExec, true); err != nil {
 		return nil, err
 	}
 	fi, err := s.lookup(src)
@@ -551,10 +549,7 @@ func (s *Server) setTimes(sess *session, r *pb.SetTimesRequestProto) (proto.Mess
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	src := r.GetSrc()
-	if err := s.checkSafeModeLocked("set times of", src); err != nil {
-		return nil, err
-	}
-	if err := s.checkAccessLocked(sess.user, src, permWrite, false); err != nil {
+	if err := s.mayChangeLocked(sess, "set times of", src, permWrite, false); err != nil {
 		return nil, err
 	}
 	fi, err := s.lookup(src)
@@ -705,10 +700,7 @@ func (s *Server) truncate(sess *session, r *pb.TruncateRequestProto) (proto.Mess
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	src := cleanPath(r.GetSrc())
-	if err := s.checkSafeModeLocked("truncate", src); err != nil {
-		return nil, err
-	}
-	if err := s.checkAccessLocked(sess.user, src, permWrite, false); err != nil {
+	if err := s.mayChangeLocked(sess, "truncate", src, permWrite, false); err != nil {
 		return nil, err
 	}
 	fi, err := s.lookup(src)

@@ -179,8 +179,7 @@ func (s *Server) updateObjectMeta(bucket, key string, change func(*meta)) error 
 // handlePutObjectACL serves PUT ?acl on an object (SetObjectACL,
 // PutObjectAcl with a canned ACL header).
 func (s *Server) handlePutObjectACL(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "PutObjectACL"
-	s.count(rc.op)
+	s.begin(rc, "PutObjectACL")
 	acl, err := putACL(r, rc, false)
 	if err != nil {
 		s.aclError(w, r, rc, err)
@@ -249,8 +248,7 @@ func (s *Server) finishUpdate(w http.ResponseWriter, r *http.Request, rc *reqCtx
 
 // handlePutObjectTagging serves PUT ?tagging on an object.
 func (s *Server) handlePutObjectTagging(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "PutObjectTagging"
-	s.count(rc.op)
+	s.begin(rc, "PutObjectTagging")
 	tags, err := readTagging(r, maxObjectTags)
 	drainBody(r)
 	if errors.Is(err, errMalformedXML) {
@@ -266,8 +264,7 @@ func (s *Server) handlePutObjectTagging(w http.ResponseWriter, r *http.Request, 
 
 // handleDeleteObjectTagging serves DELETE ?tagging on an object.
 func (s *Server) handleDeleteObjectTagging(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "DeleteObjectTagging"
-	s.count(rc.op)
+	s.begin(rc, "DeleteObjectTagging")
 	s.finishUpdate(w, r, rc, s.updateObjectMeta(rc.bucket, rc.key, func(m *meta) { m.Tags = nil }), http.StatusNoContent)
 }
 
@@ -302,8 +299,7 @@ func (s *Server) handlePutBucketConfig(w http.ResponseWriter, r *http.Request, r
 	}
 	var change func(*bucketMeta)
 	if q.Has("acl") {
-		rc.op = "PutBucketACL"
-		s.count(rc.op)
+		s.begin(rc, "PutBucketACL")
 		acl, err := putACL(r, rc, true)
 		if err != nil {
 			s.aclError(w, r, rc, err)
@@ -311,8 +307,7 @@ func (s *Server) handlePutBucketConfig(w http.ResponseWriter, r *http.Request, r
 		}
 		change = func(bm *bucketMeta) { bm.ACL = acl }
 	} else {
-		rc.op = "PutBucketTagging"
-		s.count(rc.op)
+		s.begin(rc, "PutBucketTagging")
 		max := maxBucketTagsOS
 		if rc.s3 {
 			max = maxBucketTagsS3
@@ -338,10 +333,7 @@ func (s *Server) handlePutBucketConfig(w http.ResponseWriter, r *http.Request, r
 
 // handleDeleteBucketTagging serves DELETE ?tagging on a bucket.
 func (s *Server) handleDeleteBucketTagging(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "DeleteBucketTagging"
-	s.count(rc.op)
-	if !s.bucketExists(rc.bucket) {
-		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+	if !s.beginInBucket(w, r, rc, "DeleteBucketTagging") {
 		return
 	}
 	if err := s.updateBucketMeta(rc.bucket, func(bm *bucketMeta) { bm.Tags = nil }); err != nil {
@@ -377,8 +369,7 @@ type xmlBucketInfo struct {
 
 // handleBucketInfo serves OSS GetBucketInfo.
 func (s *Server) handleBucketInfo(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "GetBucketInfo"
-	s.count(rc.op)
+	s.begin(rc, "GetBucketInfo")
 	fi, err := os.Stat(s.bucketPath(rc.bucket))
 	if err != nil || !fi.IsDir() {
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
@@ -408,10 +399,7 @@ type xmlBucketStat struct {
 // handleBucketStat serves OSS GetBucketStat by walking the bucket: exact,
 // not the store's delayed figures.
 func (s *Server) handleBucketStat(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "GetBucketStat"
-	s.count(rc.op)
-	if !s.bucketExists(rc.bucket) {
-		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+	if !s.beginInBucket(w, r, rc, "GetBucketStat") {
 		return
 	}
 	var st xmlBucketStat

@@ -26,8 +26,7 @@ import (
 // mismatching body (Content-MD5) changes nothing; appends to the server
 // are serialized.
 func (s *Server) handleAppend(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "AppendObject"
-	s.count(rc.op)
+	s.begin(rc, "AppendObject")
 	if err := checkKey(rc.key); err != nil || strings.HasSuffix(rc.key, "/") {
 		s.receiveError(w, r, rc, errBadKey)
 		return

@@ -41,16 +41,32 @@ func ifNoneMatch(r *http.Request, rc *reqCtx) (bool, error) {
 // putIfAbsent ends a PUT with If-None-Match: *, whose body is in f with
 // metadata m, as handlePut ends a plain one.
 func (s *Server) putIfAbsent(w http.ResponseWriter, r *http.Request, rc *reqCtx, f *os.File, m meta) {
-	oi, err := s.publishIfAbsent(f, rc.bucket, rc.key, m)
-	if err != nil {
-		if !s.conditionalError(w, r, rc, err) {
-			s.receiveError(w, r, rc, err)
-		}
+	oi, ok := s.publishConditional(w, r, rc, f, m, true)
+	if !ok {
 		return
 	}
 	w.Header().Set("ETag", `"`+oi.ETag+`"`)
 	w.Header().Set("x-oss-hash-crc64ecma", strconv.FormatUint(oi.CRC64, 10))
 	w.WriteHeader(http.StatusOK)
+}
+
+// publishConditional publishes f as rc's object with m, only where the
+// key is free when excl (If-None-Match: *), and answers a failure itself:
+// as a conditional request's (conditionalError) where it is one. It
+// reports false when it answered.
+func (s *Server) publishConditional(w http.ResponseWriter, r *http.Request, rc *reqCtx, f *os.File, m meta, excl bool) (objInfo, bool) {
+	publish := s.publish
+	if excl {
+		publish = s.publishIfAbsent
+	}
+	oi, err := publish(f, rc.bucket, rc.key, m)
+	if err != nil {
+		if !s.conditionalError(w, r, rc, err) {
+			s.receiveError(w, r, rc, err)
+		}
+		return oi, false
+	}
+	return oi, true
 }
 
 // conditionalError answers a conditional write that failed its condition

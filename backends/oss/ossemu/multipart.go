@@ -62,8 +62,7 @@ type initiateResult struct {
 }
 
 func (s *Server) handleInitiate(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "InitiateMultipartUpload"
-	s.count(rc.op)
+	s.begin(rc, "InitiateMultipartUpload")
 	if err := checkKey(rc.key); err != nil || strings.HasSuffix(rc.key, "/") {
 		s.receiveError(w, r, rc, errBadKey)
 		return
@@ -116,8 +115,7 @@ func (s *Server) handleUploadPart(w http.ResponseWriter, r *http.Request, rc *re
 	var f *os.File
 	var hw *hashWriter
 	if src := s.copySource(r, rc); src != "" {
-		rc.op = "UploadPartCopy"
-		s.count(rc.op)
+		s.begin(rc, "UploadPartCopy")
 		f, hw, err = s.copyRange(r, src)
 		if errors.Is(err, fs.ErrNotExist) {
 			s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified source key does not exist.")
@@ -222,8 +220,7 @@ type completeResult struct {
 }
 
 func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "CompleteMultipartUpload"
-	s.count(rc.op)
+	s.begin(rc, "CompleteMultipartUpload")
 	id := r.URL.Query().Get("uploadId")
 	rec, ok := s.loadUpload(id, rc.bucket, rc.key)
 	if !ok {
@@ -305,15 +302,8 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 	}
 	etag := fmt.Sprintf("%X-%d", etags.Sum(nil), len(req.Parts))
 	m := meta{ETag: etag, CRC64: crc, HasCRC: true, Multipart: true, CType: rec.CType, User: rec.User, ACL: rec.ACL, Tags: rec.Tags}
-	publish := s.publish
-	if excl {
-		publish = s.publishIfAbsent
-	}
-	oi, err := publish(f, rc.bucket, rc.key, m)
-	if err != nil {
-		if !s.conditionalError(w, r, rc, err) {
-			s.receiveError(w, r, rc, err)
-		}
+	oi, ok := s.publishConditional(w, r, rc, f, m, excl)
+	if !ok {
 		return
 	}
 	os.RemoveAll(dir)
@@ -325,8 +315,7 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request, rc *reqC
 }
 
 func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "AbortMultipartUpload"
-	s.count(rc.op)
+	s.begin(rc, "AbortMultipartUpload")
 	id := r.URL.Query().Get("uploadId")
 	if _, ok := s.loadUpload(id, rc.bucket, rc.key); !ok {
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchUpload", "The specified upload does not exist.")
@@ -382,8 +371,7 @@ func intParam(q url.Values, name string, def, maxv int) (int, bool) {
 }
 
 func (s *Server) handleListParts(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "ListParts"
-	s.count(rc.op)
+	s.begin(rc, "ListParts")
 	q := r.URL.Query()
 	id := q.Get("uploadId")
 	if _, ok := s.loadUpload(id, rc.bucket, rc.key); !ok {
@@ -464,10 +452,7 @@ type xmlUpload struct {
 // and including it; with upload-id-marker, the uploads of key-marker after
 // that id are listed too. A delimiter folds keys into common prefixes.
 func (s *Server) handleListUploads(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "ListMultipartUploads"
-	s.count(rc.op)
-	if !s.bucketExists(rc.bucket) {
-		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+	if !s.beginInBucket(w, r, rc, "ListMultipartUploads") {
 		return
 	}
 	q := r.URL.Query()

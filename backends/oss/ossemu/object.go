@@ -373,8 +373,7 @@ func (s *Server) receiveError(w http.ResponseWriter, r *http.Request, rc *reqCtx
 }
 
 func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "PutObject"
-	s.count(rc.op)
+	s.begin(rc, "PutObject")
 	if err := checkKey(rc.key); err != nil {
 		s.receiveError(w, r, rc, err)
 		return
@@ -472,8 +471,7 @@ type copyResult struct {
 }
 
 func (s *Server) handleCopy(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "CopyObject"
-	s.count(rc.op)
+	s.begin(rc, "CopyObject")
 	srcBucket, srcKey, _ := strings.Cut(s.copySource(r, rc), "/")
 	if !s.bucketExists(srcBucket) {
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The source bucket does not exist.")
@@ -540,15 +538,8 @@ func (s *Server) handleCopy(w http.ResponseWriter, r *http.Request, rc *reqCtx) 
 	if d := r.Header.Get("x-oss-tagging-directive") + r.Header.Get("x-amz-tagging-directive"); strings.EqualFold(d, "REPLACE") {
 		m.Tags = tags
 	}
-	publish := s.publish
-	if excl {
-		publish = s.publishIfAbsent
-	}
-	oi, err := publish(f, rc.bucket, rc.key, m)
-	if err != nil {
-		if !s.conditionalError(w, r, rc, err) {
-			s.receiveError(w, r, rc, err)
-		}
+	oi, ok := s.publishConditional(w, r, rc, f, m, excl)
+	if !ok {
 		return
 	}
 	w.Header().Set("x-oss-hash-crc64ecma", strconv.FormatUint(oi.CRC64, 10))
@@ -573,10 +564,7 @@ type deletedEl struct {
 }
 
 func (s *Server) handleDeleteMulti(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "DeleteObjects"
-	s.count(rc.op)
-	if !s.bucketExists(rc.bucket) {
-		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+	if !s.beginInBucket(w, r, rc, "DeleteObjects") {
 		return
 	}
 	var req deleteRequest

@@ -98,8 +98,7 @@ func readPostFields(mr *multipart.Reader) (map[string]string, *multipart.Part, *
 // success_action_status). The policy's conditions are enforced before
 // anything is stored; fields after the file are ignored, as the stores do.
 func (s *Server) handlePostObject(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "PostObject"
-	s.count(rc.op)
+	s.begin(rc, "PostObject")
 	fail := func(e *authError) { s.writeError(w, r, rc, e.status, e.code, e.msg) }
 	mr, err := r.MultipartReader()
 	if err != nil {

@@ -240,6 +240,24 @@ func (s *Server) add(name string, n int64) {
 
 func (s *Server) count(op string) { s.add(op, 1) }
 
+// begin names the request's operation (for its log line and its errors)
+// and counts it.
+func (s *Server) begin(rc *reqCtx, op string) {
+	rc.op = op
+	s.count(op)
+}
+
+// beginInBucket is begin for an operation on a bucket, which it answers
+// with NoSuchBucket (and false) when the bucket does not exist.
+func (s *Server) beginInBucket(w http.ResponseWriter, r *http.Request, rc *reqCtx, op string) bool {
+	s.begin(rc, op)
+	if !s.bucketExists(rc.bucket) {
+		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+		return false
+	}
+	return true
+}
+
 // Serve serves l until ctx is cancelled, then shuts down gracefully
 // (waiting up to 5s for requests in flight) and returns nil.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
@@ -447,10 +465,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 				s.handleList(w, r, rc)
 			}
 		case http.MethodHead:
-			rc.op = "HeadBucket"
-			s.count(rc.op)
-			if !s.bucketExists(rc.bucket) {
-				s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+			if !s.beginInBucket(w, r, rc, "HeadBucket") {
 				return
 			}
 			w.WriteHeader(http.StatusOK)
@@ -459,8 +474,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 				s.handlePutBucketConfig(w, r, rc, q)
 				return
 			}
-			rc.op = "PutBucket"
-			s.count(rc.op)
+			s.begin(rc, "PutBucket")
 			acl, err := requestACL(r, rc, true)
 			if err != nil {
 				s.badHeader(w, r, rc, err)
@@ -482,10 +496,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 				s.handleDeleteBucketTagging(w, r, rc)
 				return
 			}
-			rc.op = "DeleteBucket"
-			s.count(rc.op)
-			if !s.bucketExists(rc.bucket) {
-				s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+			if !s.beginInBucket(w, r, rc, "DeleteBucket") {
 				return
 			}
 			if err := os.Remove(s.bucketPath(rc.bucket)); err != nil {
@@ -566,8 +577,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 			s.handleDeleteObjectTagging(w, r, rc)
 			return
 		}
-		rc.op = "DeleteObject"
-		s.count(rc.op)
+		s.begin(rc, "DeleteObject")
 		if err := s.deleteObject(rc.bucket, rc.key); err != nil {
 			s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
 			return
@@ -633,10 +643,7 @@ type xmlVersioning struct {
 // enabled, and
 // no lifecycle, CORS or policy (404 with the store's code).
 func (s *Server) handleBucketConfig(w http.ResponseWriter, r *http.Request, rc *reqCtx, q url.Values) {
-	rc.op = "GetBucketConfig"
-	s.count(rc.op)
-	if !s.bucketExists(rc.bucket) {
-		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+	if !s.beginInBucket(w, r, rc, "GetBucketConfig") {
 		return
 	}
 	switch {
@@ -660,8 +667,7 @@ func (s *Server) handleBucketConfig(w http.ResponseWriter, r *http.Request, rc *
 // handleObjectConfig answers reads of an object's ACL (unless set, OSS:
 // "default", inherited from the bucket) and tags.
 func (s *Server) handleObjectConfig(w http.ResponseWriter, r *http.Request, rc *reqCtx, q url.Values) {
-	rc.op = "GetObjectConfig"
-	s.count(rc.op)
+	s.begin(rc, "GetObjectConfig")
 	oi, err := s.lookupRaw(rc.bucket, rc.key)
 	if err != nil || oi.isDir != strings.HasSuffix(rc.key, "/") {
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified key does not exist.")
@@ -714,8 +720,7 @@ type xmlBucket struct {
 }
 
 func (s *Server) handleListBuckets(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "ListBuckets"
-	s.count(rc.op)
+	s.begin(rc, "ListBuckets")
 	des, err := os.ReadDir(s.root)
 	if err != nil {
 		s.writeError(w, r, rc, http.StatusInternalServerError, "InternalError", err.Error())
@@ -741,10 +746,7 @@ type locationConstraint struct {
 }
 
 func (s *Server) handleLocation(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "GetBucketLocation"
-	s.count(rc.op)
-	if !s.bucketExists(rc.bucket) {
-		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchBucket", "The specified bucket does not exist.")
+	if !s.beginInBucket(w, r, rc, "GetBucketLocation") {
 		return
 	}
 	v := "oss-local"

@@ -18,8 +18,7 @@ const headerSymlinkTarget = "X-Oss-Symlink-Target"
 
 // handlePutSymlink serves PUT ?symlink.
 func (s *Server) handlePutSymlink(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "PutSymlink"
-	s.count(rc.op)
+	s.begin(rc, "PutSymlink")
 	drainBody(r)
 	target := r.Header.Get(headerSymlinkTarget)
 	if target == "" {
@@ -53,8 +52,7 @@ func (s *Server) handlePutSymlink(w http.ResponseWriter, r *http.Request, rc *re
 
 // handleGetSymlink serves GET ?symlink: the target in a header.
 func (s *Server) handleGetSymlink(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
-	rc.op = "GetSymlink"
-	s.count(rc.op)
+	s.begin(rc, "GetSymlink")
 	oi, err := s.lookupRaw(rc.bucket, rc.key)
 	if err != nil {
 		s.writeError(w, r, rc, http.StatusNotFound, "NoSuchKey", "The specified key does not exist.")

@@ -3,11 +3,14 @@ package ossemutest
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 )
@@ -150,4 +153,28 @@ func RunAsProxy(m *testing.M, bucket string, opt ossemu.Options, mopt ossemu.Met
 		}
 	}
 	return code
+}
+
+// WebToken is an unsigned OIDC token for audience aud expiring at exp, as
+// a pod's projected service-account token looks to the emulator's STS
+// (which reads its claims and does not check a signature).
+func WebToken(aud string, exp time.Time) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	claims, _ := json.Marshal(map[string]any{"iss": "https://oidc.test", "sub": "system:serviceaccount:ml:trainer", "aud": aud, "exp": exp.Unix()})
+	return enc([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc(claims) + "." + enc([]byte("signature"))
+}
+
+// WriteFile writes body to name (a relative path, directories made) in a
+// fresh temporary directory with mode, and returns its path: the files
+// credential chains read.
+func WriteFile(t testing.TB, name, body string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(body), mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
