@@ -13,6 +13,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+
+	"github.com/mlfsd/mlfsd/internal/atomicfile"
 )
 
 // Info is the content of a ready file (JSON). Fields a process does not
@@ -76,24 +78,7 @@ func Check(path string) error {
 // No fsync: the file describes a running process, so it means nothing
 // after a crash of the machine.
 func writeAtomic(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-	}
-	return err
+	return atomicfile.Write(path, b, 0o644, atomicfile.NoSync)
 }
 
 // ErrNotReady is what Read returns while no ready file exists.
