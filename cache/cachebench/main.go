@@ -31,6 +31,12 @@
 //     empty cache dir and --start-memory, 4 GiB) to the first byte read
 //     through the new mount, and the mount's resident memory then (the
 //     arena is backed as blocks are first used, not at start);
+//   - readers (--only readers, not run by default): the programs users
+//     run, `dd bs=1M`, `cat` (128 KiB reads) and a Python reader of 1 MiB
+//     reads, each cold through its own fresh mount (empty cache, page
+//     cache dropped) ÷ the ideal reader just before and after it; then a
+//     cold small-file epoch read by Python with --readers threads ÷ the
+//     ideal client (readers.go);
 //   - the daemon's peak RSS (VmHWM) against --cache-memory + 256 MiB.
 //
 // The disk tier creates a file per small object. On ext4 without a journal
@@ -44,7 +50,7 @@
 // Usage (as root, FUSE needs it):
 //
 //	go build -o /tmp/mlfsd ./cmd/mlfsd
-//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|big4|small|list|start]
+//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|big4|small|list|start|readers]
 package main
 
 import (
@@ -138,7 +144,7 @@ func main() {
 	flag.IntVar(&c.streams, "ideal-streams", 16, "parallel ranged GETs of the ideal reader (the daemon's per-file bound)")
 	flag.StringVar(&chunk, "ideal-chunk", "8MiB", "range size of the ideal reader (the daemon's largest request)")
 	flag.StringVar(&c.mountFlags, "mount-flags", "", "extra flags for `mlfsd mount` (space-separated)")
-	flag.StringVar(&c.only, "only", "", "run only one part: big, big4, small, list or start")
+	flag.StringVar(&c.only, "only", "", "run only one part: big, big4, small, list, start or readers (readers runs only when asked for)")
 	flag.StringVar(&c.mountEnv, "mount-env", "", "experiment: NAME=VALUE pairs (space-separated) added to the mounts' environment, e.g. GOGC=200")
 	flag.StringVar(&c.cacheFS, "cache-root", "", "directory of the mounts' cache dirs (default: --work); see the note on ext4 without a journal")
 	flag.StringVar(&c.pprofAddr, "pprof-addr", "", "serve net/http/pprof from each mount on this loopback address (MLFSD_PPROF_ADDR)")
@@ -170,7 +176,19 @@ func main() {
 }
 
 // wants reports whether the part runs (--only selects one; all by default).
-func (c config) wants(part string) bool { return c.only == "" || c.only == part }
+func (c config) wants(part string) bool {
+	if part == "readers" {
+		// Minutes of fresh mounts: measured when asked for.
+		return c.only == part
+	}
+	return c.only == "" || c.only == part
+}
+
+// seeds reports whether the part's data is needed: the readers part reads
+// big's object and small's files.
+func (c config) seeds(part string) bool {
+	return c.wants(part) || c.wants("readers") && (part == "big" || part == "small")
+}
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "cachebench:", err)
@@ -209,6 +227,8 @@ type result struct {
 	// and in ranges at once (backends/parlist, as an input mount does).
 	ListLSL, ListLSF, ListDirect, ListDirectParallel float64
 	PeakRSS                                          int64
+	// Readers: dd, cat and Python (--only readers).
+	Readers *readersResult `json:",omitempty"`
 }
 
 func run(c config) error {
@@ -278,6 +298,12 @@ func run(c config) error {
 		}
 		if c.wants("start") {
 			if err := benchStart(c, emu, &res); err != nil {
+				return err
+			}
+		}
+		if c.wants("readers") {
+			res.Readers = &readersResult{}
+			if err := benchReaders(ctx, c, emu, ideal, r, res.Readers); err != nil {
 				return err
 			}
 		}
@@ -352,7 +378,7 @@ func seed(c config, root string) error {
 		}},
 	}
 	for _, p := range parts {
-		if !c.wants(p.name) {
+		if !c.seeds(p.name) {
 			continue
 		}
 		stamp := filepath.Join(root, ".seeded-"+p.name+"-"+p.stamp)
@@ -1257,6 +1283,13 @@ func report(c config, rs []result, rssBound int64) {
 	if c.wants("start") {
 		fmt.Printf("start, --cache-memory %s, empty cache: `mlfsd mount` to the first byte read through it %.2f s (goal < 1 quiet, < 3 busy); the mount's RSS then %s\n",
 			c.startMemory, col(func(r result) float64 { return r.StartSecs }), humanize.IBytes(uint64(col(func(r result) float64 { return float64(r.StartRSS) }))))
+	}
+	if c.wants("readers") {
+		var rr []readersResult
+		for _, r := range rs {
+			rr = append(rr, *r.Readers)
+		}
+		reportReaders(c, rr)
 	}
 	fmt.Printf("daemon peak RSS %s; bound --cache-memory + 256MiB = %s: %s\n", humanize.IBytes(uint64(peak)), humanize.IBytes(uint64(rssBound)),
 		map[bool]string{true: "within", false: "EXCEEDED"}[peak < rssBound])
