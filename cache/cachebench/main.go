@@ -303,7 +303,9 @@ func run(c config) error {
 		}
 		if c.wants("readers") {
 			res.Readers = &readersResult{}
-			if err := benchReaders(ctx, c, emu, ideal, r, res.Readers); err != nil {
+			err := benchReaders(ctx, c, emu, ideal, r, res.Readers)
+			res.PeakRSS = max(res.PeakRSS, res.Readers.PeakRSS)
+			if err != nil {
 				return err
 			}
 		}

@@ -77,6 +77,8 @@ type readersResult struct {
 	// threads, files/s, against the ideal client (c.idealGETs GETs in
 	// flight) before and after it.
 	EpochFPS, EpochIdealFPS, EpochRatio float64
+	// PeakRSS is the largest VmHWM of the part's daemons.
+	PeakRSS int64
 }
 
 // dropPageCache empties the page cache (and the dentry and inode caches),
@@ -142,7 +144,7 @@ func benchReaders(ctx context.Context, c config, emu *emulator, ideal backends.B
 		if err == nil {
 			after, err = idealOnce()
 		}
-		m.stop()
+		res.PeakRSS = max(res.PeakRSS, m.stop())
 		os.RemoveAll(cacheDir)
 		if err != nil {
 			return fmt.Errorf("readers, %s: %w", rd.name, err)
@@ -206,7 +208,7 @@ func readersEpoch(ctx context.Context, c config, emu *emulator, r int, res *read
 			secs, err = strconv.ParseFloat(strings.TrimSpace(out), 64)
 		}
 	}
-	m.stop()
+	res.PeakRSS = max(res.PeakRSS, m.stop())
 	if err != nil {
 		return fmt.Errorf("readers, python epoch: %w", err)
 	}
