@@ -20,6 +20,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends"
 	"github.com/mlfsd/mlfsd/backends/parlist"
+	"github.com/mlfsd/mlfsd/fs/fuseconn"
 )
 
 // An input mount is an immutable snapshot of its channel: names, attributes
@@ -53,13 +54,13 @@ type inputFS struct {
 	b    backends.Backend
 	src  Source
 	log  *slog.Logger
-	inos *inoAlloc // inode numbers, which are the kernel's node IDs
+	inos *fuseconn.Inodes // inode numbers, which are the kernel's node IDs
 	// owned: the store keeps owners and modes (backends.ObjectInfo.Owned),
 	// which the tree shows and the kernel enforces. Set once, at the root.
 	owned bool
 
 	// replay is set only while an adoption opens the handed-over handles
-	// again, one at a time before serving (handover.go): the handle must
+	// again, one at a time before serving (fuseconn.Adoption.Serve): the handle must
 	// be served as the kernel was told, by passthrough or not.
 	replay *replayOpen
 
@@ -126,7 +127,7 @@ func (f *inputFS) listingOf(key string) *listing {
 // the channel exists, so a typo in a URI fails at mount time rather than as
 // an empty directory.
 func NewInputRoot(ctx context.Context, b backends.Backend, opt InputOptions) (gofs.InodeEmbedder, error) {
-	f := &inputFS{b: b, src: opt.Source, log: opt.Log, inos: newInoAlloc(), listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests), keepOpens: opt.KeepOpens}
+	f := &inputFS{b: b, src: opt.Source, log: opt.Log, inos: fuseconn.NewInodes(), listings: map[string]*listing{}, listAhead: make(chan struct{}, listAheadRequests), keepOpens: opt.KeepOpens}
 	if f.src == nil {
 		f.src = DirectSource{}
 	}
@@ -165,12 +166,7 @@ func MountInput(mountpoint string, b backends.Backend, opt InputOptions, mopt Mo
 		return nil, err
 	}
 	fsys := root.(*inDir).fsys
-	srv, err := mountTree(mountpoint, root, fsys.inos, inputMountOptions(b, fsys, opt, mopt))
-	if err != nil {
-		return nil, err
-	}
-	srv.treeState = fsys.exportState
-	return srv, nil
+	return fuseconn.MountTree(mountpoint, &inputTree{root: root.(*inDir)}, inputMountOptions(b, fsys, opt, mopt))
 }
 
 // inputMountOptions completes mopt with the defaults of input mounts. A
@@ -348,7 +344,7 @@ func (d *inDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*g
 	if dp := d.Path(nil); dp != "" {
 		p = dp + "/" + name
 	}
-	return d.NewInode(ctx, node, gofs.StableAttr{Mode: mode, Ino: d.fsys.inos.ino(p)}), 0
+	return d.NewInode(ctx, node, gofs.StableAttr{Mode: mode, Ino: d.fsys.inos.Ino(p)}), 0
 }
 
 func (d *inDir) Readdir(ctx context.Context) (gofs.DirStream, syscall.Errno) {
@@ -803,29 +799,18 @@ func (f failedHandle) ReadAt(context.Context, []byte, int64) (int, error) { retu
 func (f failedHandle) Close() error                                       { return nil }
 
 // AdoptInput takes over an input mount at mountpoint: fd is its /dev/fuse
-// connection, snap what the old daemon's server held (handover.go).
+// connection, snap what the old daemon's server held (package fuseconn).
 func AdoptInput(fd int, mountpoint string, snap *Snapshot, b backends.Backend, opt InputOptions, mopt MountOptions) (*Adoption, error) {
 	root, err := NewInputRoot(context.Background(), b, opt)
 	if err != nil {
 		return nil, err
 	}
 	in := root.(*inDir)
-	if err := in.fsys.seedState(snap.Tree); err != nil {
-		return nil, err
-	}
-	a, err := adopt(fd, mountpoint, snap, root, in.fsys.inos, inputMountOptions(b, in.fsys, opt, mopt))
+	a, err := fuseconn.Adopt(fd, mountpoint, snap, &inputTree{root: in}, inputMountOptions(b, in.fsys, opt, mopt))
 	if err != nil {
 		return nil, err
 	}
-	a.treeState = in.fsys.exportState
-	a.setHint = func(passthrough, replaying bool) {
-		if replaying {
-			in.fsys.replay = &replayOpen{passthrough: passthrough}
-		} else {
-			in.fsys.replay = nil
-		}
-	}
-	return a, nil
+	return &Adoption{Adoption: a}, nil
 }
 
 // fillAttr describes an object: with the owner, group and mode the store

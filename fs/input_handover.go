@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/fs/fuseconn"
 )
 
 // inputState is what an input tree hands to the daemon taking it over:
@@ -52,4 +55,23 @@ func (f *inputFS) seedState(raw json.RawMessage) error {
 		l.mu.Unlock()
 	}
 	return nil
+}
+
+// inputTree is an input tree as the connection layer sees it
+// (fuseconn.Tree).
+type inputTree struct{ root *inDir }
+
+func (i *inputTree) Root() gofs.InodeEmbedder              { return i.root }
+func (i *inputTree) Inodes() *fuseconn.Inodes              { return i.root.fsys.inos }
+func (i *inputTree) ExportState() (json.RawMessage, error) { return i.root.fsys.exportState() }
+func (i *inputTree) SeedState(raw json.RawMessage) error   { return i.root.fsys.seedState(raw) }
+
+// Replay: a handle opened again is served as the kernel was told, by
+// passthrough or not (inFile.Open).
+func (i *inputTree) Replay(r *fuseconn.Replay) {
+	if r != nil && r.Handle != nil {
+		i.root.fsys.replay = &replayOpen{passthrough: r.Handle.Passthrough}
+	} else {
+		i.root.fsys.replay = nil
+	}
 }

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/fs/fuseconn"
 	"github.com/mlfsd/mlfsd/writeback"
 )
 
@@ -65,8 +65,8 @@ type outTree struct {
 	b     backends.Backend
 	opt   OutputOptions
 	log   *slog.Logger
-	owner Owner     // of what the backend holds
-	inos  *inoAlloc // inode numbers, which are the kernel's node IDs
+	owner Owner            // of what the backend holds
+	inos  *fuseconn.Inodes // inode numbers, which are the kernel's node IDs
 
 	// A tree taken over from another daemon (output_handover.go).
 	replaying atomic.Bool // its nodes are being looked up again
@@ -94,7 +94,7 @@ func newOutTree(b backends.Backend, opt OutputOptions) *outTree {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &outTree{b: b, opt: opt, log: log, inos: newInoAlloc(),
+	t := &outTree{b: b, opt: opt, log: log, inos: fuseconn.NewInodes(),
 		owner: Owner{UID: uint32(os.Getuid()), GID: uint32(os.Getgid())}}
 	if opt.Owner != nil {
 		t.owner = *opt.Owner
@@ -108,13 +108,7 @@ func MountOutput(ctx context.Context, mountpoint string, opt OutputOptions, mopt
 	if err != nil {
 		return nil, err
 	}
-	d := root.(*outDir)
-	srv, err := mountTree(mountpoint, root, d.t.inos, outputMountOptions(opt, mopt))
-	if err != nil {
-		return nil, err
-	}
-	srv.treeState = func() (json.RawMessage, error) { return d.t.exportState(d.EmbeddedInode()) }
-	return srv, nil
+	return fuseconn.MountTree(mountpoint, &outputTree{root: root.(*outDir)}, outputMountOptions(opt, mopt))
 }
 
 // outputMountOptions are the mount options of an output tree.

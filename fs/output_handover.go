@@ -11,10 +11,12 @@ import (
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/mlfsd/mlfsd/backends"
+	"github.com/mlfsd/mlfsd/fs/fuseconn"
 	"github.com/mlfsd/mlfsd/writeback"
 )
 
-// Handing an output tree to another daemon (handover.go has the rest).
+// Handing an output tree to another daemon (package fuseconn has the
+// connection's part).
 //
 // The tree is the authority for names and metadata once a directory is
 // loaded (output.go), and much of it lives only here: modes and owners the
@@ -114,7 +116,7 @@ func (t *outTree) exportState(root *gofs.Inode) (json.RawMessage, error) {
 // for the kernel: a new number, or while a handed-over tree is replayed,
 // the one the kernel knows.
 func (d *outDir) newChild(ctx context.Context, dirKey, name string, ops gofs.InodeEmbedder, mode uint32) *gofs.Inode {
-	return d.NewPersistentInode(ctx, ops, gofs.StableAttr{Mode: mode, Ino: d.t.inos.ino(childKey(dirKey, name))})
+	return d.NewPersistentInode(ctx, ops, gofs.StableAttr{Mode: mode, Ino: d.t.inos.Ino(childKey(dirKey, name))})
 }
 
 // loadSeed fills d (key) with its handed-over children, if it was loaded
@@ -193,23 +195,11 @@ func (t *outTree) seedFrom(raw json.RawMessage) (outNodeState, error) {
 func AdoptOutput(fd int, mountpoint string, snap *Snapshot, b backends.Backend, opt OutputOptions, mopt MountOptions) (*Adoption, error) {
 	t := newOutTree(b, opt)
 	t.opt.Store = nil
-	rs, err := t.seedFrom(snap.Tree)
+	a, err := fuseconn.Adopt(fd, mountpoint, snap, &outputTree{root: &outDir{t: t}}, outputMountOptions(opt, mopt))
 	if err != nil {
 		return nil, err
 	}
-	root := &outDir{t: t, meta: rs.Meta.meta()}
-	if !rs.Loaded {
-		delete(t.seed, "")
-	}
-	t.replaying.Store(true)
-	a, err := adopt(fd, mountpoint, snap, root, t.inos, outputMountOptions(opt, mopt))
-	t.replaying.Store(false)
-	if err != nil {
-		return nil, err
-	}
-	a.out = t
-	a.treeState = func() (json.RawMessage, error) { return t.exportState(root.EmbeddedInode()) }
-	return a, nil
+	return &Adoption{Adoption: a, out: t}, nil
 }
 
 // ServeOutput gives an adopted output tree its Store (opened on the old
@@ -222,4 +212,36 @@ func (a *Adoption) ServeOutput(st *writeback.Store) (*Server, error) {
 	a.out.st = st
 	a.out.opt.Store = st
 	return a.Serve()
+}
+
+// outputTree is an output tree as the connection layer sees it
+// (fuseconn.Tree).
+type outputTree struct{ root *outDir }
+
+func (o *outputTree) Root() gofs.InodeEmbedder { return o.root }
+func (o *outputTree) Inodes() *fuseconn.Inodes { return o.root.t.inos }
+func (o *outputTree) ExportState() (json.RawMessage, error) {
+	return o.root.t.exportState(o.root.EmbeddedInode())
+}
+
+// SeedState makes the handed-over tree the seed of this one, the root's
+// metadata included.
+func (o *outputTree) SeedState(raw json.RawMessage) error {
+	rs, err := o.root.t.seedFrom(raw)
+	if err != nil {
+		return err
+	}
+	o.root.mu.Lock()
+	o.root.meta = rs.Meta.meta()
+	o.root.mu.Unlock()
+	if !rs.Loaded {
+		delete(o.root.t.seed, "")
+	}
+	return nil
+}
+
+// Replay: while the kernel's nodes are looked up again, outDir.Lookup
+// answers from the tree alone (the Store is not open yet).
+func (o *outputTree) Replay(r *fuseconn.Replay) {
+	o.root.t.replaying.Store(r != nil && r.Handle == nil)
 }

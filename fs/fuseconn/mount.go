@@ -1,12 +1,21 @@
-package fs
+// Package fuseconn is the connection layer of mlfsd's mounts: it owns
+// the /dev/fuse connection and everything that is the same for every
+// tree. It mounts (directMount, so that it keeps the fd), puts one
+// decorator on go-fuse's bridge (the freeze gate, interrupt filtering,
+// request observation, lookup counting, open handles: rawfs.go), and
+// hands a live connection to another process and takes one over
+// (Freeze, Snapshot, Adopt, Serve: handover.go, with the INIT codec in
+// init.go). The trees (package fs) know nothing of it but the Tree
+// interface they implement and the inode numbers they take from Inodes.
+package fuseconn
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -64,12 +73,11 @@ type Server struct {
 	log        *slog.Logger
 
 	// For a handover (handover.go).
-	fd        int         // the /dev/fuse fd the server reads; -1: mounted by fusermount
-	hfs       *handoverFS // the outermost RawFileSystem
-	root      *gofs.Inode
-	inos      *inoAlloc // nil: the tree's node IDs cannot be given again
-	fuseOpts  fuse.MountOptions
-	treeState func() (json.RawMessage, error) // the tree's own state, if any
+	fd       int    // the /dev/fuse fd the server reads; -1: mounted by fusermount
+	rfs      *rawFS // the outermost RawFileSystem
+	root     *gofs.Inode
+	tree     Tree // nil: the tree's node IDs cannot be given again
+	fuseOpts fuse.MountOptions
 }
 
 // CheckMountpoint refuses a mountpoint we should not mount on: missing, not
@@ -140,9 +148,16 @@ func isMountpoint(path string) (bool, error) {
 }
 
 // Mount checks mountpoint and mounts root there, serving requests in the
-// background until Unmount.
+// background until Unmount. Such a mount cannot be handed over (its
+// tree's node IDs cannot be given again); MountTree's can.
 func Mount(mountpoint string, root gofs.InodeEmbedder, opt MountOptions) (*Server, error) {
-	return mountTree(mountpoint, root, nil, opt)
+	return mount(mountpoint, root, nil, opt)
+}
+
+// MountTree checks mountpoint and mounts tree there, serving requests in
+// the background until Unmount; the mount can be handed over.
+func MountTree(mountpoint string, tree Tree, opt MountOptions) (*Server, error) {
+	return mount(mountpoint, tree.Root(), tree, opt)
 }
 
 func logOrDiscard(log *slog.Logger) *slog.Logger {
@@ -188,13 +203,13 @@ func fuseOptions(opt MountOptions) fuse.MountOptions {
 	return mo
 }
 
-// newRawFS is the request path of a mount: go-fuse's bridge over root,
-// the interrupt filter and request observer, and the handover gate
-// outermost. The filter is to be told the fd the server reads.
-func newRawFS(root gofs.InodeEmbedder, opt MountOptions) (fuse.MountOptions, *handoverFS, *interrupts) {
+// newRequestPath is the request path of a mount: go-fuse's bridge over
+// root under the one decorator (rawFS). Its interrupt filter is to be
+// told the fd the server reads.
+func newRequestPath(root gofs.InodeEmbedder, opt MountOptions) (fuse.MountOptions, *rawFS) {
 	mo := fuseOptions(opt)
 	entry, attr, neg := opt.EntryTimeout, opt.AttrTimeout, opt.NegativeTimeout
-	rawFS := gofs.NewNodeFS(root, &gofs.Options{
+	bridge := gofs.NewNodeFS(root, &gofs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
@@ -206,17 +221,15 @@ func newRawFS(root gofs.InodeEmbedder, opt MountOptions) (fuse.MountOptions, *ha
 		// that another process can give the same IDs (handover.go).
 		ExternalNodeID: true,
 	})
-	intr := newInterrupts()
-	rawFS = &requestFS{RawFileSystem: rawFS, obs: opt.Observe, intr: intr}
-	return mo, newHandoverFS(rawFS), intr
+	return mo, newRawFS(bridge, opt.Observe)
 }
 
-func mountTree(mountpoint string, root gofs.InodeEmbedder, inos *inoAlloc, opt MountOptions) (*Server, error) {
+func mount(mountpoint string, root gofs.InodeEmbedder, tree Tree, opt MountOptions) (*Server, error) {
 	if err := CheckMountpoint(mountpoint); err != nil {
 		return nil, err
 	}
 	log := logOrDiscard(opt.Log)
-	mo, hfs, intr := newRawFS(root, opt)
+	mo, rfs := newRequestPath(root, opt)
 	// Mount ourselves to keep the /dev/fuse fd (a handover passes it on),
 	// and give it to go-fuse as its magic /dev/fd/N mountpoint; where we
 	// may not mount (not root), go-fuse goes through fusermount.
@@ -225,12 +238,12 @@ func mountTree(mountpoint string, root gofs.InodeEmbedder, inos *inoAlloc, opt M
 	if err != nil {
 		log.Debug("direct mount failed; mounting through fusermount (such a mount cannot be handed over)", "mountpoint", mountpoint, "err", err)
 		fd = -1
-		server, err = fuse.NewServer(hfs, mountpoint, &mo)
+		server, err = fuse.NewServer(rfs, mountpoint, &mo)
 	} else {
-		intr.setConn(fd)
+		rfs.intr.setConn(fd)
 		mo2 := mo
 		mo2.DirectMount = false
-		server, err = fuse.NewServer(hfs, fmt.Sprintf("/dev/fd/%d", fd), &mo2)
+		server, err = fuse.NewServer(rfs, fmt.Sprintf("/dev/fd/%d", fd), &mo2)
 		if err != nil {
 			// go-fuse closed the fd; the mount must not stay behind.
 			syscall.Unmount(mountpoint, syscall.MNT_DETACH)
@@ -258,8 +271,8 @@ func mountTree(mountpoint string, root gofs.InodeEmbedder, inos *inoAlloc, opt M
 			log.Warn("could not set readahead", "mountpoint", mountpoint, "err", err)
 		}
 	}
-	return &Server{server: server, mountpoint: mountpoint, log: log, fd: fd, hfs: hfs,
-		root: root.EmbeddedInode(), inos: inos, fuseOpts: mo}, nil
+	return &Server{server: server, mountpoint: mountpoint, log: log, fd: fd, rfs: rfs,
+		root: root.EmbeddedInode(), tree: tree, fuseOpts: mo}, nil
 }
 
 // setReadAhead writes kb to the read_ahead_kb of the mount's bdi.
@@ -340,3 +353,65 @@ func (e *NeedRootError) Error() string {
 
 // Unwrap returns the fallback's error.
 func (e *NeedRootError) Unwrap() error { return e.Err }
+
+// directMount mounts a FUSE filesystem at mountpoint as go-fuse's
+// DirectMount does, but keeps the /dev/fuse fd for the caller (go-fuse
+// hides it, and a handover must pass it on).
+func directMount(mountpoint string, mo *fuse.MountOptions) (int, error) {
+	source := mo.FsName
+	if source == "" {
+		source = mo.Name
+	}
+	var flags uintptr = syscall.MS_NOSUID | syscall.MS_NODEV
+	if mo.DirectMountFlags != 0 {
+		flags = mo.DirectMountFlags
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(mountpoint, &st); err != nil {
+		return -1, err
+	}
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	r := []string{
+		fmt.Sprintf("fd=%d", fd),
+		fmt.Sprintf("rootmode=%o", st.Mode&syscall.S_IFMT),
+		fmt.Sprintf("user_id=%d", os.Geteuid()),
+		fmt.Sprintf("group_id=%d", os.Getegid()),
+		fmt.Sprintf("max_read=%d", mo.MaxWrite),
+	}
+	for _, o := range mo.Options {
+		switch o {
+		case "nodev":
+			flags |= syscall.MS_NODEV
+		case "nosuid":
+			flags |= syscall.MS_NOSUID
+		case "noexec":
+			flags |= syscall.MS_NOEXEC
+		default:
+			r = append(r, o)
+		}
+	}
+	if mo.AllowOther {
+		r = append(r, "allow_other")
+	}
+	if err := unix.Mount(source, mountpoint, "fuse."+mo.Name, flags, strings.Join(r, ",")); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// pollHack does what go-fuse's WaitMount does for mounts it made itself:
+// an open and a poll of its magic file, so that the kernel learns at once
+// that POLL is not supported (go-fuse answers it), instead of a Go
+// program's netpoller calling into its own mount later.
+func pollHack(mountpoint string) error {
+	fd, err := unix.Open(path.Join(mountpoint, ".go-fuse-epoll-hack"), unix.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	return unix.Close(fd)
+}

@@ -1,4 +1,4 @@
-package fs
+package fuseconn
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func (g *gateFS) Release(c <-chan struct{}, in *fuse.ReleaseIn) { g.releases <- 
 func TestHandoverGate(t *testing.T) {
 	g := &gateFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), entered: make(chan struct{}, 4),
 		release: make(chan struct{}), releases: make(chan uint64, 4)}
-	h := newHandoverFS(g)
+	h := newRawFS(g, nil)
 
 	// A request running: freeze waits for it.
 	done := make(chan struct{})
@@ -113,7 +113,7 @@ func (f *forgetFS) Lookup(c <-chan struct{}, hd *fuse.InHeader, name string, out
 // its count reaches zero exactly when the kernel's does.
 func TestHandoverLookupDebt(t *testing.T) {
 	f := &forgetFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), forgot: map[uint64]uint64{}}
-	h := newHandoverFS(f)
+	h := newRawFS(f, nil)
 	// Replayed: go-fuse holds 1 of node 5 and 1 of node 6; the kernel 3 and 1.
 	h.owe(5, 3)
 	h.owe(6, 1)
@@ -152,7 +152,7 @@ func TestHandoverLookupDebt(t *testing.T) {
 // TestHandoverCountsDirPlus: a READDIRPLUS answer gives the kernel one
 // lookup of every entry with a node, "." and ".." excepted.
 func TestHandoverCountsDirPlus(t *testing.T) {
-	h := newHandoverFS(fuse.NewDefaultRawFileSystem())
+	h := newRawFS(fuse.NewDefaultRawFileSystem(), nil)
 	l := fuse.NewDirEntryList(make([]byte, 4096), 0)
 	for _, e := range []struct {
 		name string
