@@ -4,19 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/mlfsd/mlfsd/handover"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
+	nodedaemon "github.com/mlfsd/mlfsd/node/daemon"
 	"github.com/mlfsd/mlfsd/node/nasroots"
 )
 
@@ -80,7 +78,11 @@ Logs are JSON unless --log-format says otherwise.`,
 			if err != nil {
 				return fmt.Errorf("--nas-root: %w", err)
 			}
-			return runDaemon(cmd.Context(), a, stateDir, socket, metricsListen, takeover, protocol, policy)
+			return runDaemon(cmd.Context(), nodedaemon.Options{
+				Settings: a.settings, StateDir: stateDir, Socket: socket, MetricsListen: metricsListen,
+				Takeover: takeover, Protocol: protocol, NASRoots: policy, Version: version,
+				Log: a.log, Progress: a.stderr,
+			})
 		},
 	}
 	f := c.Flags()
@@ -104,169 +106,22 @@ func addNASRootFlag(f *pflag.FlagSet, roots *[]string) {
 		"a host directory nas:// channels of requests may name: PATH (inputs only), PATH:ro, or PATH:rw (outputs and nas:// shared cache tiers too); repeat for more. None by default")
 }
 
-func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen string, takeover bool, protocol int, nasRoots nasroots.Policy) error {
+// runDaemon runs the daemon until SIGINT or SIGTERM, which drains and
+// unmounts; a second signal cuts the drain short.
+func runDaemon(ctx context.Context, o nodedaemon.Options) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// Taking over, the cache directory is the old daemon's until it lets
-	// go; the node opens it then.
-	n, err := node.New(ctx, node.Options{Settings: a.settings, StateDir: stateDir, OpenCache: !takeover, Log: a.log, Progress: a.stderr, NASRoots: &nasRoots})
-	if err != nil {
-		return err
+	o.DrainContext = func() (context.Context, context.CancelFunc) {
+		return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	}
-	closeNode := func() error {
-		// A second signal aborts the drain: what is not uploaded stays
-		// journaled, and the mount table keeps nothing (a clean stop).
-		dctx, dstop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer dstop()
-		return n.Close(dctx)
-	}
-	hsock := handover.SocketPath(stateDir)
-	if takeover {
-		// systemd follows the new process from the moment the old one
-		// lets go (NotifyAccess=all in deploy/systemd).
-		mainPID := func() {
-			if err := sdNotify(fmt.Sprintf("MAINPID=%d", os.Getpid())); err != nil {
-				a.log.Warn("sd_notify", "err", err)
-			}
-		}
-		if err := handover.Take(ctx, hsock, n, version, protocol, a.log, mainPID); err != nil {
-			return errors.Join(fmt.Errorf("takeover: %w", err), closeNode())
-		}
-	}
-	// After a takeover the mounts are served already: a socket that cannot
-	// be had is logged, not a reason to unmount them.
-	keepServing := func(what string, err error) {
-		a.log.Error(what+" failed after the takeover; serving the mounts taken over without it until stopped", "err", err)
-	}
-	var ms *http.Server
-	if metricsListen != "" {
-		if ms, err = serveMetrics(a, n, metricsListen); err != nil && !takeover {
-			closeNode()
-			return err
-		} else if err != nil {
-			keepServing("metrics", err)
-		} else {
-			defer ms.Close()
-		}
-	}
-	if !takeover {
-		if restored, err := n.Restore(ctx); err != nil {
-			a.log.Error("some mounts of the mount table could not be restored", "err", err)
-		} else if len(restored) > 0 {
-			a.log.Info("mount table restored", "mounts", len(restored))
-		}
-	}
-	l, err := api.Listen(socket)
-	if err != nil && !takeover {
-		return errors.Join(err, closeNode())
-	} else if err != nil {
-		keepServing("the API socket", err)
-	} else if err := api.ClearTakeover(socket); err != nil {
-		a.log.Warn("takeover marker", "err", err)
-	}
-	handedOver := make(chan struct{})
-	hl, err := api.Listen(hsock)
-	if err != nil && !takeover {
-		l.Close()
-		return errors.Join(fmt.Errorf("handover %w", err), closeNode())
-	} else if err != nil {
-		keepServing("the handover socket", err)
-	} else {
-		defer hl.Close()
-		go offerMounts(ctx, a, n, hl.(*net.UnixListener), handedOver)
-	}
-	srv := api.NewServer(n, a.log)
-	served := make(chan error, 1)
-	if l != nil {
-		go func() { served <- srv.Serve(l) }()
-	}
-	a.log.Info("daemon ready", "socket", socket, "state_dir", stateDir, "cache_dir", a.settings.Cache.Dir)
-	if err := sdNotify("READY=1"); err != nil {
-		a.log.Warn("sd_notify", "err", err)
-	}
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		a.log.Error("API server stopped", "err", err)
-	case <-handedOver:
-		// The mounts are the new daemon's: exit without touching them.
-		// The API requests under way were cut (ErrHandingOver): they get
-		// that answer before the exit, so that their clients send them
-		// again to the new daemon, which waits for this exit to listen.
-		if l != nil {
-			// Clients that find nobody listening until the new daemon
-			// does wait for it (the new daemon removes the marker).
-			if err := api.MarkTakeover(socket); err != nil {
-				a.log.Warn("takeover marker", "err", err)
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			srv.Shutdown(sctx)
-			cancel()
-			l.Close()
-		}
-		a.log.Info("handed the mounts over to the new daemon; exiting")
-		return nil
-	}
-	_ = sdNotify("STOPPING=1")
-	a.log.Info("stopping: draining outputs and unmounting")
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	srv.Shutdown(sctx)
-	cancel()
-	os.Remove(socket)
-	return closeNode()
+	return nodedaemon.Run(ctx, o)
 }
 
-// offerMounts answers new daemons on the handover socket, one at a time,
-// until one takes the mounts (handedOver is then closed).
-func offerMounts(ctx context.Context, a *app, n *node.Node, l *net.UnixListener, handedOver chan<- struct{}) {
-	for {
-		c, err := l.AcceptUnix()
-		if err != nil {
-			return
-		}
-		committed, err := handover.Offer(ctx, c, n, version, a.log)
-		c.Close()
-		if committed {
-			close(handedOver)
-			return
-		}
-		a.log.Error("handover failed; this daemon goes on serving its mounts", "err", err)
-	}
-}
-
-// serveMetrics serves n's /metrics and /healthz on addr.
+// serveMetrics serves n's /metrics and /healthz on addr (mlfsd mount and
+// run; the daemon serves its own).
 func serveMetrics(a *app, n *node.Node, addr string) (*http.Server, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
-	}
-	s := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("metrics server", "err", err)
-		}
-	}()
-	a.log.Info("metrics serving", "addr", l.Addr().String())
-	return s, nil
-}
-
-// sdNotify sends a state to systemd over $NOTIFY_SOCKET (the documented
-// sd_notify protocol: one datagram); without it, it does nothing.
-func sdNotify(state string) error {
-	path := os.Getenv("NOTIFY_SOCKET")
-	if path == "" {
-		return nil
-	}
-	if path[0] == '@' {
-		path = "\x00" + path[1:] // abstract namespace
-	}
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_, err = c.Write([]byte(state))
-	return err
+	s, _, err := nodedaemon.ServeMetrics(n, addr, a.log)
+	return s, err
 }
 
 // daemonCredentials are the credentials a client sends with its mount
