@@ -119,7 +119,14 @@ func benchReaders(ctx context.Context, c config, emu *emulator, ideal backends.B
 		}
 		return idealRead(ctx, c, ideal, "file.bin", c.bigSize)
 	}
-	for _, rd := range bigReaders {
+	res.MBs = make([]float64, len(bigReaders))
+	res.IdealMBs = make([]float64, len(bigReaders))
+	res.Ratio = make([]float64, len(bigReaders))
+	// Each run starts with the next reader: on a shared machine the load
+	// drifts during a run, and the last reader would always get its end.
+	for k := range bigReaders {
+		i := (k + r) % len(bigReaders)
+		rd := bigReaders[i]
 		cacheDir, err := os.MkdirTemp(c.cacheRoot, "readers-")
 		if err != nil {
 			return err
@@ -151,9 +158,7 @@ func benchReaders(ctx context.Context, c config, emu *emulator, ideal backends.B
 		}
 		mbs := float64(c.bigSize) / secs / 1e6
 		id := (before + after) / 2
-		res.MBs = append(res.MBs, mbs)
-		res.IdealMBs = append(res.IdealMBs, id)
-		res.Ratio = append(res.Ratio, mbs/id)
+		res.MBs[i], res.IdealMBs[i], res.Ratio[i] = mbs, id, mbs/id
 	}
 	return readersEpoch(ctx, c, emu, r, res)
 }
