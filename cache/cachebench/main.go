@@ -43,6 +43,12 @@
 //     every node); a table, DIR/scale.csv and a log-log DIR/scale.png
 //     (--scale-out) on which a superlinear step bends away from the
 //     dashed line proportional to N;
+//   - readers (--only readers, not run by default): the programs users
+//     run, `dd bs=1M`, `cat` (128 KiB reads) and a Python reader of 1 MiB
+//     reads, each cold through its own fresh mount (empty cache, page
+//     cache dropped) ÷ the ideal reader just before and after it; then a
+//     cold small-file epoch read by Python with --readers threads ÷ the
+//     ideal client (readers.go);
 //   - the daemon's peak RSS (VmHWM) against --cache-memory + 256 MiB.
 //
 // The disk tier creates a file per small object. On ext4 without a journal
@@ -56,7 +62,7 @@
 // Usage (as root, FUSE needs it):
 //
 //	go build -o /tmp/mlfsd ./cmd/mlfsd
-//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|big4|small|list|start|scale]
+//	go run ./cache/cachebench --mlfsd /tmp/mlfsd --runs 3 [--only big|big4|small|list|start|scale|readers]
 package main
 
 import (
@@ -153,7 +159,7 @@ func main() {
 	flag.IntVar(&c.streams, "ideal-streams", 16, "parallel ranged GETs of the ideal reader (the daemon's per-file bound)")
 	flag.StringVar(&chunk, "ideal-chunk", "8MiB", "range size of the ideal reader (the daemon's largest request)")
 	flag.StringVar(&c.mountFlags, "mount-flags", "", "extra flags for `mlfsd mount` (space-separated)")
-	flag.StringVar(&c.only, "only", "", "run only one part: big, big4, small, list, start or scale")
+	flag.StringVar(&c.only, "only", "", "run only one part: big, big4, small, list, start, scale or readers (scale and readers run only when asked for)")
 	flag.StringVar(&scaleNs, "scale-n", "10000,100000,1000000", "scale: the namespace sizes, in objects (10000000 is the issue's largest)")
 	flag.Int64Var(&sc.fanOut, "scale-fanout", 1000, "scale: objects per directory (0: one flat directory)")
 	flag.StringVar(&scaleSize, "scale-size", "4KiB", "scale: size of each object")
@@ -202,8 +208,20 @@ func main() {
 }
 
 // wants reports whether the part runs (--only selects one; all by default
-// but scale, which runs only when asked for: it takes tens of minutes).
-func (c config) wants(part string) bool { return c.only == part || c.only == "" && part != "scale" }
+// but scale and readers, which run only when asked for: scale takes tens
+// of minutes, readers minutes of fresh mounts).
+func (c config) wants(part string) bool {
+	if part == "scale" || part == "readers" {
+		return c.only == part
+	}
+	return c.only == "" || c.only == part
+}
+
+// seeds reports whether the part's data is needed: the readers part reads
+// big's object and small's files.
+func (c config) seeds(part string) bool {
+	return c.wants(part) || c.wants("readers") && (part == "big" || part == "small")
+}
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "cachebench:", err)
@@ -242,6 +260,8 @@ type result struct {
 	// and in ranges at once (backends/parlist, as an input mount does).
 	ListLSL, ListLSF, ListDirect, ListDirectParallel float64
 	PeakRSS                                          int64
+	// Readers: dd, cat and Python (--only readers).
+	Readers *readersResult `json:",omitempty"`
 }
 
 func run(c config) error {
@@ -317,6 +337,14 @@ func run(c config) error {
 				return err
 			}
 		}
+		if c.wants("readers") {
+			res.Readers = &readersResult{}
+			err := benchReaders(ctx, c, emu, ideal, r, res.Readers)
+			res.PeakRSS = max(res.PeakRSS, res.Readers.PeakRSS)
+			if err != nil {
+				return err
+			}
+		}
 		b, _ := json.Marshal(res)
 		fmt.Printf("run %d: %s\n", r+1, b)
 		results = append(results, res)
@@ -388,7 +416,7 @@ func seed(c config, root string) error {
 		}},
 	}
 	for _, p := range parts {
-		if !c.wants(p.name) {
+		if !c.seeds(p.name) {
 			continue
 		}
 		stamp := filepath.Join(root, ".seeded-"+p.name+"-"+p.stamp)
@@ -1296,6 +1324,13 @@ func report(c config, rs []result, rssBound int64) {
 	if c.wants("start") {
 		fmt.Printf("start, --cache-memory %s, empty cache: `mlfsd mount` to the first byte read through it %.2f s (goal < 1 quiet, < 3 busy); the mount's RSS then %s\n",
 			c.startMemory, col(func(r result) float64 { return r.StartSecs }), humanize.IBytes(uint64(col(func(r result) float64 { return float64(r.StartRSS) }))))
+	}
+	if c.wants("readers") {
+		var rr []readersResult
+		for _, r := range rs {
+			rr = append(rr, *r.Readers)
+		}
+		reportReaders(c, rr)
 	}
 	fmt.Printf("daemon peak RSS %s; bound --cache-memory + 256MiB = %s: %s\n", humanize.IBytes(uint64(peak)), humanize.IBytes(uint64(rssBound)),
 		map[bool]string{true: "within", false: "EXCEEDED"}[peak < rssBound])
