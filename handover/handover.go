@@ -257,6 +257,11 @@ func Take(ctx context.Context, socket string, n *node.Node, version string, prot
 	return err
 }
 
+// ErrNoDaemon is Take's error when no daemon listens on the handover
+// socket (none runs with this state dir): nothing was taken, and a daemon
+// started with --takeover=auto starts afresh.
+var ErrNoDaemon = errors.New("no mlfsd daemon is running with this state directory")
+
 // olderProtocol is the refusal of a daemon that speaks only protocol 1,
 // which says so in these words.
 type olderProtocol struct{ refusal string }
@@ -266,6 +271,9 @@ func (e *olderProtocol) Error() string { return e.refusal }
 func take(ctx context.Context, socket string, n *node.Node, version string, protocol int, log *slog.Logger, committed func()) error {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
 	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
+			err = errors.Join(ErrNoDaemon, err)
+		}
 		return fmt.Errorf("connecting to the running daemon's handover socket %s: %w", socket, err)
 	}
 	defer c.Close()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/mlfsd/mlfsd/handover"
+	"github.com/mlfsd/mlfsd/internal/sdnotify"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
 	"github.com/mlfsd/mlfsd/node/nasroots"
@@ -22,7 +24,7 @@ import (
 
 func newDaemonCmd(a *app) *cobra.Command {
 	var stateDir, socket, metricsListen string
-	var takeover bool
+	var takeover, onStop, retiredFile string
 	var protocol int
 	var nasRoots []string
 	c := &cobra.Command{
@@ -41,7 +43,20 @@ daemon detaches the stale mounts it left and serves them again at the same
 paths, uploading what outputs had pending. Mounts made with a client's
 credentials come back with the daemon's own (environment or
 --oss-credentials-file), never stored. On SIGINT/SIGTERM it drains every
-output and unmounts everything (a second signal aborts the drain).
+daemon (or the same one started again) and keeps the mounts (see below).
+
+Stopping keeps the mounts (--on-stop=keep, the default): SIGINT/SIGTERM
+never unmounts a job's volume. Under systemd with a file-descriptor store
+(FileDescriptorStoreMax=, systemd 254 or later: deploy/systemd) the daemon
+freezes its mounts and leaves their FUSE connections and what it holds of
+them in the store; the daemon started next (` + "`systemctl restart`" + `, or a
+stop and a later start) takes them over from there: open files stay open.
+Anywhere else the daemon stops serving without unmounting: the mounts fail
+(ENOTCONN) until the next daemon started with this --state-dir detaches
+them and mounts them again from its mount table; pending uploads stay
+journaled for it. Only ` + "`mlfsd umount`" + ` (or ` + "`mlfsd drain`" + `, every mount of
+the node) unmounts. --on-stop=unmount is the old behaviour: drain every
+output and unmount everything (a second signal aborts the drain).
 
 Upgrading without unmounting: start the new binary with --takeover and the
 same flags (--state-dir, --socket, --staging-dir above all) while the old
@@ -80,14 +95,26 @@ Logs are JSON unless --log-format says otherwise.`,
 			if err != nil {
 				return fmt.Errorf("--nas-root: %w", err)
 			}
-			return runDaemon(cmd.Context(), a, stateDir, socket, metricsListen, takeover, protocol, policy)
+			switch takeover {
+			case "true", "false", "auto":
+			default:
+				return fmt.Errorf("--takeover=%s: want true, false or auto", takeover)
+			}
+			if onStop != "keep" && onStop != "unmount" {
+				return fmt.Errorf("--on-stop=%s: want keep or unmount", onStop)
+			}
+			return runDaemon(cmd.Context(), a, daemonConfig{stateDir: stateDir, socket: socket, metricsListen: metricsListen,
+				takeover: takeover, onStop: onStop, retiredFile: retiredFile, protocol: protocol, nasRoots: policy})
 		},
 	}
 	f := c.Flags()
 	f.StringVar(&stateDir, "state-dir", "", "directory of the daemon's mount table (required)")
 	f.StringVar(&socket, "socket", "", "path of the API's unix socket (required; made mode 0600)")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9469")
-	f.BoolVar(&takeover, "takeover", false, "take the live mounts of the daemon running with this --state-dir and --socket, which then exits (an upgrade without unmounting)")
+	f.StringVar(&takeover, "takeover", "false", "true: take the live mounts of the daemon running with this --state-dir and --socket, which then exits (an upgrade without unmounting); auto: the same if one runs, else start afresh (a DaemonSet's surge pod)")
+	f.Lookup("takeover").NoOptDefVal = "true"
+	f.StringVar(&onStop, "on-stop", "keep", "on SIGINT/SIGTERM: keep the mounts for the next daemon, or unmount (drain outputs and unmount everything)")
+	f.StringVar(&retiredFile, "retired-file", "", "write this file after handing the mounts over; a daemon started while it exists serves nothing until stopped (a DaemonSet pod's emptyDir: the kubelet restarts the container of a daemon that handed over)")
 	// For tests of a refused takeover: ask for another handover protocol.
 	f.IntVar(&protocol, "handover-protocol", 0, "handover protocol to ask for with --takeover (0: this binary's)")
 	f.MarkHidden("handover-protocol")
@@ -104,13 +131,47 @@ func addNASRootFlag(f *pflag.FlagSet, roots *[]string) {
 		"a host directory nas:// channels of requests may name: PATH (inputs only), PATH:ro, or PATH:rw (outputs and nas:// shared cache tiers too); repeat for more. None by default")
 }
 
-func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen string, takeover bool, protocol int, nasRoots nasroots.Policy) error {
+// daemonConfig is what `mlfsd daemon` runs with, besides the node's settings.
+type daemonConfig struct {
+	stateDir, socket, metricsListen string
+	takeover                        string // true, false, auto
+	onStop                          string // keep, unmount
+	retiredFile                     string
+	protocol                        int
+	nasRoots                        nasroots.Policy
+}
+
+func runDaemon(ctx context.Context, a *app, cfg daemonConfig) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stateDir, socket := cfg.stateDir, cfg.socket
+	if cfg.retiredFile != "" {
+		if _, err := os.Stat(cfg.retiredFile); err == nil {
+			// This container's daemon handed its mounts over to another
+			// pod's; the kubelet restarted it. Taking them back would
+			// undo the upgrade: wait to be stopped.
+			a.log.Info("this daemon handed its mounts over already; serving nothing until stopped", "retired_file", cfg.retiredFile)
+			<-ctx.Done()
+			return nil
+		}
+	}
+	// Mounts a daemon stopped under systemd left in the fd store.
+	stored, err := sdnotify.Listen()
+	if err != nil {
+		a.log.Warn("fds passed by the service manager", "err", err)
+	}
+	fromStore := false
+	for _, f := range stored {
+		fromStore = fromStore || f.Name == handover.StoreStateName
+	}
+	takeover := cfg.takeover != "false" && !fromStore
 	// Taking over, the cache directory is the old daemon's until it lets
 	// go; the node opens it then.
-	n, err := node.New(ctx, node.Options{Settings: a.settings, StateDir: stateDir, OpenCache: !takeover, Log: a.log, Progress: a.stderr, NASRoots: &nasRoots})
+	n, err := node.New(ctx, node.Options{Settings: a.settings, StateDir: stateDir, OpenCache: !takeover && !fromStore, Log: a.log, Progress: a.stderr, NASRoots: &cfg.nasRoots})
 	if err != nil {
+		for _, f := range stored {
+			f.Close()
+		}
 		return err
 	}
 	closeNode := func() error {
@@ -121,6 +182,14 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		return n.Close(dctx)
 	}
 	hsock := handover.SocketPath(stateDir)
+	took := false
+	if len(stored) > 0 {
+		ok, err := handover.FromStore(ctx, stored, n, version, a.log)
+		if err != nil {
+			a.log.Error("the mounts left in the fd store could not be taken over; restoring the mount table instead", "err", err)
+		}
+		took = ok && err == nil
+	}
 	if takeover {
 		// systemd follows the new process from the moment the old one
 		// lets go (NotifyAccess=all in deploy/systemd).
@@ -129,8 +198,14 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 				a.log.Warn("sd_notify", "err", err)
 			}
 		}
-		if err := handover.Take(ctx, hsock, n, version, protocol, a.log, mainPID); err != nil {
+		err := handover.Take(ctx, hsock, n, version, cfg.protocol, a.log, mainPID)
+		switch {
+		case cfg.takeover == "auto" && errors.Is(err, handover.ErrNoDaemon):
+			a.log.Info("--takeover=auto: no daemon runs with this state directory; starting afresh")
+		case err != nil:
 			return errors.Join(fmt.Errorf("takeover: %w", err), closeNode())
+		default:
+			took = true
 		}
 	}
 	// After a takeover the mounts are served already: a socket that cannot
@@ -139,8 +214,8 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		a.log.Error(what+" failed after the takeover; serving the mounts taken over without it until stopped", "err", err)
 	}
 	var ms *http.Server
-	if metricsListen != "" {
-		if ms, err = serveMetrics(a, n, metricsListen); err != nil && !takeover {
+	if cfg.metricsListen != "" {
+		if ms, err = serveMetrics(a, n, cfg.metricsListen); err != nil && !took {
 			closeNode()
 			return err
 		} else if err != nil {
@@ -149,7 +224,7 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 			defer ms.Close()
 		}
 	}
-	if !takeover {
+	if !took {
 		if restored, err := n.Restore(ctx); err != nil {
 			a.log.Error("some mounts of the mount table could not be restored", "err", err)
 		} else if len(restored) > 0 {
@@ -157,7 +232,7 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 		}
 	}
 	l, err := api.Listen(socket)
-	if err != nil && !takeover {
+	if err != nil && !took {
 		return errors.Join(err, closeNode())
 	} else if err != nil {
 		keepServing("the API socket", err)
@@ -166,7 +241,7 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 	}
 	handedOver := make(chan struct{})
 	hl, err := api.Listen(hsock)
-	if err != nil && !takeover {
+	if err != nil && !took {
 		l.Close()
 		return errors.Join(fmt.Errorf("handover %w", err), closeNode())
 	} else if err != nil {
@@ -204,16 +279,51 @@ func runDaemon(ctx context.Context, a *app, stateDir, socket, metricsListen stri
 			cancel()
 			l.Close()
 		}
+		if cfg.retiredFile != "" {
+			if err := os.WriteFile(cfg.retiredFile, []byte(version+"\n"), 0o600); err != nil {
+				a.log.Error("--retired-file", "err", err)
+			}
+		}
 		a.log.Info("handed the mounts over to the new daemon; exiting")
 		return nil
 	}
 	_ = sdNotify("STOPPING=1")
-	a.log.Info("stopping: draining outputs and unmounting")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	srv.Shutdown(sctx)
 	cancel()
-	os.Remove(socket)
-	return closeNode()
+	if cfg.onStop == "unmount" {
+		a.log.Info("stopping: draining outputs and unmounting (--on-stop=unmount)")
+		os.Remove(socket)
+		return closeNode()
+	}
+	// --on-stop=keep. The handover socket goes first: no new daemon is
+	// to take mounts that are leaving for the store.
+	if hl != nil {
+		hl.Close()
+	}
+	if sdnotify.Available() {
+		err := handover.ToStore(context.Background(), n, version, a.log)
+		if err == nil {
+			return nil
+		}
+		a.log.Error("the mounts could not be kept in the service manager's fd store; leaving them for the next daemon to mount again", "err", err)
+	}
+	return leaveMounts(a, n)
+}
+
+// leaveMounts stops n without unmounting: its uploads stop (what is
+// pending stays journaled) and its mounts fail once this process exits,
+// until the next daemon with this state dir detaches them and mounts them
+// again from the mount table.
+func leaveMounts(a *app, n *node.Node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hv, err := n.FreezeForHandover(ctx)
+	if err != nil {
+		return fmt.Errorf("stopping without unmounting: %w", err)
+	}
+	a.log.Info("stopping without unmounting: the next daemon started with this state directory mounts them again", "mounts", len(hv.Mounts))
+	return hv.Commit()
 }
 
 // offerMounts answers new daemons on the handover socket, one at a time,
@@ -327,5 +437,44 @@ func newStatusCmd(a *app) *cobra.Command {
 	}
 	c.Flags().StringVar(&socket, "daemon", "", "API socket of the mlfsd daemon")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func newDrainCmd(a *app) *cobra.Command {
+	var socket string
+	c := &cobra.Command{
+		Use:   "drain --daemon SOCKET",
+		Short: "Unmount every mount of the node daemon, outputs drained first (before taking a node out of service)",
+		Long: `Unmount every mount of the node daemon: each output's pending uploads
+are made first. Stopping the daemon keeps the mounts (for the daemon
+started next); run this before taking the node out of service, e.g. after
+` + "`kubectl drain`" + ` evicted the jobs, or before ` + "`systemctl stop mlfsd`" + ` for good.
+It exits non-zero, naming each mount it could not unmount.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if socket == "" {
+				return errors.New("--daemon is required")
+			}
+			cl := api.NewClient(socket)
+			mounts, err := cl.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			errs := make([]error, len(mounts))
+			var wg sync.WaitGroup
+			for i, m := range mounts {
+				wg.Go(func() {
+					if err := cl.Unmount(cmd.Context(), m.Target); err != nil {
+						errs[i] = fmt.Errorf("%s: %w", m.Target, err)
+						return
+					}
+					fmt.Fprintf(a.stdout, "unmounted %s\n", m.Target)
+				})
+			}
+			wg.Wait()
+			return errors.Join(errs...)
+		},
+	}
+	c.Flags().StringVar(&socket, "daemon", "", "API socket of the mlfsd daemon")
 	return c
 }

@@ -141,6 +141,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newVersionCmd(a),
 		newMountCmd(a),
 		newUmountCmd(a),
+		newDrainCmd(a),
 		newStatusCmd(a),
 		newDaemonCmd(a),
 		newRunCmd(a),
