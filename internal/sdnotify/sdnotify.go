@@ -8,7 +8,6 @@ package sdnotify
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -45,24 +44,20 @@ func Available() bool {
 	return os.Getenv("NOTIFY_SOCKET") != "" && err == nil && n > 0
 }
 
-func dial(path string) (*net.UnixConn, error) {
-	if path[0] == '@' {
-		path = "\x00" + path[1:] // abstract namespace
-	}
-	return net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
-}
-
 func send(path, state string, fds []int) error {
-	c, err := dial(path)
+	// An unconnected datagram socket: Go's net refuses ancillary data on
+	// a connected one. A path beginning with @ is in the abstract
+	// namespace, which SockaddrUnix knows.
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("NOTIFY_SOCKET %s: %w", path, err)
+		return err
 	}
-	defer c.Close()
+	defer unix.Close(s)
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	if _, _, err := c.WriteMsgUnix([]byte(state), oob, nil); err != nil {
+	if err := unix.Sendmsg(s, []byte(state), oob, &unix.SockaddrUnix{Name: path}, 0); err != nil {
 		return fmt.Errorf("NOTIFY_SOCKET %s: %w", path, err)
 	}
 	return nil
