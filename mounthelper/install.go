@@ -12,9 +12,10 @@
 // it exits, and umount returns only then. With -o daemon=SOCKET the node
 // daemon mounts, and umount asks it to drain and unmount.
 //
-// This package holds the parts that are not command wiring: option
-// parsing, the helper scripts, the mount records, the utab entry that
-// makes umount(8) call our helper, and waiting for the serving process.
+// This package holds everything but the command wiring: the mount and
+// umount procedures (Helper), option parsing, the helper scripts, the
+// mount records, the utab entry that makes umount(8) call our helper, and
+// waiting for the serving process.
 package mounthelper
 
 import (

@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // tenantKeys are the emulator's keys of the tenant tests: "owner" may list
@@ -109,11 +109,7 @@ func TestCacheHitsAuthorizedPerIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); c.Stats().DiskBytes < total; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("disk tier holds %d of %d bytes two minutes after the reads", c.Stats().DiskBytes, total)
-		}
-	}
+	testwait.Eventually(t, func() bool { return c.Stats().DiskBytes >= total }, "the disk tier to hold the %d bytes read", total)
 
 	sent := func() int64 { return emu.Stats()["requests"] }
 	for name := range files {

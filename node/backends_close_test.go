@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // TestUnmountClosesTheBackend: an OSS input mounted, read and unmounted 20
@@ -65,26 +65,22 @@ func TestUnmountClosesTheBackend(t *testing.T) {
 // it saw. Negative bounds wait only until the counts stop changing.
 func settleCounts(t *testing.T, fds, gs int) (int, int) {
 	t.Helper()
-	guard := time.Now().Add(60 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	prevF, prevG := -1, -1
-	for {
+	f, g, prevF, prevG := -1, -1, -1, -1
+	settled := func() bool {
 		runtime.GC()
 		ents, err := os.ReadDir("/proc/self/fd")
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, g := len(ents), runtime.NumGoroutine()
-		switch {
-		case fds >= 0 && f <= fds+2 && g <= gs+2:
-			return f, g
-		case fds < 0 && f == prevF && g == prevG:
-			return f, g
-		case time.Now().After(guard):
-			t.Fatalf("after every unmount: %d descriptors and %d goroutines, against %d and %d before", f, g, fds, gs)
-		}
 		prevF, prevG = f, g
-		<-tick.C
+		f, g = len(ents), runtime.NumGoroutine()
+		if fds >= 0 {
+			return f <= fds+2 && g <= gs+2
+		}
+		return f == prevF && g == prevG
 	}
+	if testwait.Until(testwait.Guard, settled) != nil {
+		t.Fatalf("after every unmount: %d descriptors and %d goroutines, against %d and %d before", f, g, fds, gs)
+	}
+	return f, g
 }

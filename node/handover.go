@@ -319,55 +319,39 @@ func (ad *Adopted) add(ctx context.Context, hm HandoverMount) error {
 	if hm.Snapshot == nil {
 		return errors.New("no snapshot of the mount's server")
 	}
-	u, err := backends.ParseURI(req.URI)
+	// Resolved and built as a fresh mount of the request is: the mount
+	// taken over runs with the options it would get from this daemon.
+	u, set, err := n.mountSettings(req)
 	if err != nil {
 		return err
 	}
-	set, err := n.opt.Settings.WithMountOptions(req.Options)
+	m := &mount{req: req, info: hm.Info, ready: make(chan struct{}), done: make(chan struct{})}
+	bm, err := n.buildMount(ctx, m, u, set, false)
 	if err != nil {
 		return err
 	}
-	// Keys are obtained at the first request, not now: the mounts are
-	// frozen until every one is adopted.
-	raw, key, release, id, err := n.backendFor(ctx, u, set, req, false)
-	if err != nil {
-		return err
-	}
-	m := &mount{req: req, id: id, info: hm.Info, ready: make(chan struct{}), done: make(chan struct{}), releaseBackend: release}
-	m.metrics = newMountMetrics(req.Target)
-	b := instrument(raw, m.metrics)
-	m.probe = probeOf(b)
 	if !req.ReadOnly {
-		wopt, oopt, err := n.outputOptions(set, m)
-		if err != nil {
-			release()
-			return err
-		}
+		wopt := bm.wopt
 		if hm.Staging != nil {
 			wopt.Handover = hm.Staging
 		} else {
 			wopt.Handover = &writeback.HandoverState{}
 		}
-		mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug}
-		a, err := mfs.AdoptOutput(hm.Fd, req.Target, hm.Snapshot, b, oopt, mopt)
+		a, err := mfs.AdoptOutput(hm.Fd, req.Target, hm.Snapshot, bm.b, bm.oopt, bm.mopt)
 		if err != nil {
-			release()
+			m.releaseBackend()
 			return err
 		}
-		ad.items = append(ad.items, adoptedMount{m: m, a: a, b: b, wopt: wopt})
+		ad.items = append(ad.items, adoptedMount{m: m, a: a, b: bm.b, wopt: wopt})
 		return nil
 	}
-	// A taken-over mount reads through the shared tier, as mountNow's do.
-	in, err := n.shared.through(ctx, b, set)
-	if err != nil {
-		release()
-		return err
-	}
+	// The cache opens once the old daemon let go of it: until then the
+	// mount reads its store directly.
 	src := &lateSource{}
-	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug, ReadOnly: true}
-	a, err := mfs.AdoptInput(hm.Fd, req.Target, hm.Snapshot, in, mfs.InputOptions{Source: src, Key: key, Log: n.log, KeepOpens: !set.Input.NoOpen}, mopt)
+	bm.iopt.Source = src
+	a, err := mfs.AdoptInput(hm.Fd, req.Target, hm.Snapshot, bm.in, bm.iopt, bm.mopt)
 	if err != nil {
-		release()
+		m.releaseBackend()
 		return err
 	}
 	ad.items = append(ad.items, adoptedMount{m: m, a: a, src: src})

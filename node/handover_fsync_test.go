@@ -16,6 +16,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu"
 	"github.com/mlfsd/mlfsd/backends/oss/ossemu/ossemutest"
+	"github.com/mlfsd/mlfsd/internal/testwait"
 )
 
 // heldUploads is an OSS endpoint in front of an emulator that holds every
@@ -153,13 +154,17 @@ func TestHandoverDoesNotFreezeForAnotherMountsFsync(t *testing.T) {
 	}()
 
 	// The handover has begun once the node refuses mounts.
-	for !n.handingOver() {
+	testwait.Eventually(t, func() bool {
 		select {
 		case r := <-froze:
 			f = &r
-			t.Fatalf("FreezeForHandover returned while the fsync was held: %v", r.err)
-		case <-time.After(time.Millisecond):
+			return true
+		default:
+			return n.handingOver()
 		}
+	}, "the handover to begin")
+	if f != nil {
+		t.Fatalf("FreezeForHandover returned while the fsync was held: %v", f.err)
 	}
 	// probe reads (and on an output, writes) a file of o in another
 	// process. A request to a frozen mount cannot be cut (the kernel

@@ -160,6 +160,9 @@ type Node struct {
 // mount is one mount of the node.
 type mount struct {
 	req MountRequest // as first asked, credentials included (memory only)
+	// set are the settings the mount runs with: the node's, with the
+	// request's options (buildMount).
+	set Settings
 	// id holds the credentials the mount runs on, as last given (a
 	// republish refreshes them); nil for the node's own identity.
 	id *identity
@@ -280,18 +283,8 @@ func (n *Node) Mount(ctx context.Context, req MountRequest) (_ MountInfo, err er
 	if len(req.Options) == 0 {
 		req.Options = nil
 	}
-	u, err := backends.ParseURI(req.URI)
+	u, set, err := n.mountSettings(req)
 	if err != nil {
-		return MountInfo{}, err
-	}
-	set, err := n.opt.Settings.WithMountOptions(req.Options)
-	if err != nil {
-		return MountInfo{}, err
-	}
-	if !req.ReadOnly && !u.IsDir() {
-		return MountInfo{}, fmt.Errorf("output channel %s must be a directory URI (end it with '/')", u)
-	}
-	if u, set, err = n.checkNASRoots(req, u, set); err != nil {
 		return MountInfo{}, err
 	}
 
@@ -391,6 +384,78 @@ func (n *Node) checkNASRoots(req MountRequest, u backends.URI, set Settings) (ba
 	return u, set, nil
 }
 
+// mountSettings resolves what req asks for: its channel and the
+// settings it runs with (the node's, with the request's options), host
+// directories checked against the NAS roots. A fresh mount and one taken
+// over (or restored) resolve it here alike.
+func (n *Node) mountSettings(req MountRequest) (backends.URI, Settings, error) {
+	u, err := backends.ParseURI(req.URI)
+	if err != nil {
+		return u, Settings{}, err
+	}
+	set, err := n.opt.Settings.WithMountOptions(req.Options)
+	if err != nil {
+		return u, set, err
+	}
+	if !req.ReadOnly && !u.IsDir() {
+		return u, set, fmt.Errorf("output channel %s must be a directory URI (end it with '/')", u)
+	}
+	return n.checkNASRoots(req, u, set)
+}
+
+// built is a mount made ready to be served, by buildMount, the same for a
+// fresh mount and one taken over: what differs between them is only how
+// the FUSE connection is had (mounted, or adopted from the old daemon)
+// and when the cache and an output's Store open.
+type built struct {
+	// b is the mount's store, instrumented with its metrics.
+	b backends.Backend
+	// mopt are the FUSE server's options.
+	mopt mfs.MountOptions
+	// Inputs: in is the store read through the shared tier, if any, and
+	// iopt the tree's options (the caller sets Source).
+	in   backends.Backend
+	iopt mfs.InputOptions
+	// Outputs: the Store's options and the tree's (the caller opens the
+	// Store and sets it).
+	wopt writeback.Options
+	oopt mfs.OutputOptions
+}
+
+// buildMount sets up mount m of channel u with settings set (from
+// mountSettings): the backend from the pool under the mount's identity,
+// its metrics, the FUSE server's options, an output's options or an
+// input's shared tier. It records on m what it made (id, metrics, probe,
+// the effective settings, the backend's release). check obtains the
+// credentials' keys now (a fresh mount); a mount taken over gets them at
+// its first request, since every mount is frozen until all are adopted.
+// On error m holds nothing to release.
+func (n *Node) buildMount(ctx context.Context, m *mount, u backends.URI, set Settings, check bool) (built, error) {
+	var bm built
+	raw, key, release, id, err := n.backendFor(ctx, u, set, m.req, check)
+	if err != nil {
+		return bm, err
+	}
+	m.id, m.set = id, set
+	m.metrics = newMountMetrics(m.req.Target)
+	bm.b = instrument(raw, m.metrics)
+	m.probe = probeOf(bm.b)
+	bm.mopt = mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug, ReadOnly: m.req.ReadOnly}
+	if m.req.ReadOnly {
+		// The cache's misses read the source through the shared tier, if any.
+		if bm.in, err = n.shared.through(ctx, bm.b, set); err != nil {
+			release()
+			return bm, err
+		}
+		bm.iopt = mfs.InputOptions{Key: key, Log: n.log, KeepOpens: !set.Input.NoOpen}
+	} else if bm.wopt, bm.oopt, err = n.outputOptions(set, m); err != nil {
+		release()
+		return bm, err
+	}
+	m.releaseBackend = release
+	return bm, nil
+}
+
 // mountNow does the mounting of m; on error it leaves nothing behind.
 func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Settings) (err error) {
 	target := m.req.Target
@@ -412,17 +477,11 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 			return fmt.Errorf("create output directory %s: %w", u.Path, err)
 		}
 	}
-	raw, key, release, id, err := n.backendFor(ctx, u, set, m.req, true)
+	bm, err := n.buildMount(ctx, m, u, set, true)
 	if err != nil {
 		return err
 	}
-	m.id = id
-	undo = append(undo, release)
-	m.releaseBackend = release
-	m.metrics = newMountMetrics(target)
-	b := instrument(raw, m.metrics)
-	m.probe = probeOf(b)
-	mopt := mfs.MountOptions{FSName: u.String(), Log: n.log, Observe: m.metrics.observe, Debug: n.opt.FUSEDebug}
+	undo = append(undo, m.releaseBackend)
 
 	if m.req.ReadOnly {
 		c, err := n.sharedCache()
@@ -433,29 +492,20 @@ func (n *Node) mountNow(ctx context.Context, m *mount, u backends.URI, set Setti
 		// its credentials for the object (cache/authz.go).
 		m.view = c.ViewAs(m.req.Credentials.fingerprint())
 		m.metrics.serveFrom(m.view)
-		mopt.ReadOnly = true
-		// The cache's misses read the source through the shared tier, if any.
-		in, err := n.shared.through(ctx, b, set)
-		if err != nil {
-			return err
-		}
-		srv, err := mfs.MountInput(target, in, mfs.InputOptions{Source: m.view, Key: key, Log: n.log, KeepOpens: !set.Input.NoOpen}, mopt)
+		bm.iopt.Source = m.view
+		srv, err := mfs.MountInput(target, bm.in, bm.iopt, bm.mopt)
 		if err != nil {
 			return err
 		}
 		m.srv = srv
 	} else {
-		wopt, oopt, err := n.outputOptions(set, m)
-		if err != nil {
-			return err
-		}
-		st, err := writeback.Open(ctx, b, wopt)
+		st, err := writeback.Open(ctx, bm.b, bm.wopt)
 		if err != nil {
 			return err
 		}
 		undo = append(undo, func() { st.Close() })
-		oopt.Store = st
-		srv, err := mfs.MountOutput(ctx, target, oopt, mopt)
+		bm.oopt.Store = st
+		srv, err := mfs.MountOutput(ctx, target, bm.oopt, bm.mopt)
 		if err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -62,7 +61,7 @@ See deploy/kubernetes/ for the manifests.`,
 			}
 			var m csidriver.Mounter
 			if daemon != "" {
-				m = daemonMounter{api.NewClient(daemon)}
+				m = api.NewClient(daemon)
 			} else {
 				n, err := node.New(ctx, node.Options{Settings: a.settings, Log: a.log, Progress: a.stderr, NASRoots: &policy})
 				if err != nil {
@@ -115,26 +114,4 @@ See deploy/kubernetes/ for the manifests.`,
 	node.AddFlags(f, &a.settings, node.GroupCache, node.GroupOSS, node.GroupS3, node.GroupHDFS, node.GroupOutput)
 	c.MarkFlagRequired("node-id")
 	return c
-}
-
-// daemonMounter makes the driver's mounts through the node daemon's API,
-// mapping its answers to the node's errors.
-type daemonMounter struct{ c *api.Client }
-
-func (d daemonMounter) Mount(ctx context.Context, req node.MountRequest) (node.MountInfo, error) {
-	info, err := d.c.Mount(ctx, req)
-	var ae *api.Error
-	if errors.As(err, &ae) && ae.Status == 409 {
-		return info, fmt.Errorf("%w: %s", node.ErrTargetBusy, ae.Message)
-	}
-	return info, err
-}
-
-func (d daemonMounter) Unmount(ctx context.Context, target string) error {
-	err := d.c.Unmount(ctx, target)
-	var ae *api.Error
-	if errors.As(err, &ae) && ae.Status == 404 {
-		return fmt.Errorf("%w: %s", node.ErrNotMounted, ae.Message)
-	}
-	return err
 }

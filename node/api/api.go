@@ -11,7 +11,10 @@
 //	GET  /v1/mounts                  -> []node.MountInfo
 //	GET  /v1/status                  -> []node.MountStatus
 //
-// An error is a non-2xx status with {"error": "..."}. A request refused or
+// An error is a non-2xx status with {"error": "...", "code": "..."}; the
+// code names the node error it is of (not_mounted, target_busy,
+// not_allowed, closed), and the client's Error matches that error with
+// errors.Is. A request refused or
 // cut because the daemon is handing its mounts over to a new daemon
 // (node.ErrHandingOver: nothing was unmounted) is a 503 with
 // {"code": "handing_over"}; the Client sends it again to the new daemon.
@@ -63,8 +66,15 @@ type errorBody struct {
 	Code string `json:"code,omitempty"`
 }
 
-// codeHandingOver marks an error reply of node.ErrHandingOver.
-const codeHandingOver = "handing_over"
+// Codes of error replies: each names the node sentinel error the reply is
+// of, so that a client's Error matches it with errors.Is (Error.Is).
+const (
+	codeHandingOver = "handing_over" // node.ErrHandingOver
+	codeNotMounted  = "not_mounted"  // node.ErrNotMounted
+	codeTargetBusy  = "target_busy"  // node.ErrTargetBusy
+	codeNotAllowed  = "not_allowed"  // nasroots.ErrNotAllowed
+	codeClosed      = "closed"       // node.ErrClosed
+)
 
 // TakeoverMarker is the file a daemon that handed its mounts over leaves
 // beside its API socket (SOCKET.takeover) until the new daemon listens:

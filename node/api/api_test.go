@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mlfsd/mlfsd/node"
+	"github.com/mlfsd/mlfsd/node/nasroots"
 )
 
 // startServer serves a fresh node's API on a socket in a temp dir.
@@ -91,9 +93,17 @@ func TestErrorsAreClear(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Status != http.StatusNotFound || !strings.Contains(err.Error(), "/nowhere/mounted") {
 		t.Errorf("Unmount of an unknown target: %v", err)
 	}
+	if !errors.Is(err, node.ErrNotMounted) {
+		t.Errorf("Unmount of an unknown target is not node.ErrNotMounted: %v", err)
+	}
 	_, err = c.Mount(ctx, node.MountRequest{URI: "bogus://x/", Target: t.TempDir(), ReadOnly: true})
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || !strings.Contains(err.Error(), "bogus") {
 		t.Errorf("Mount of a bad URI: %v", err)
+	}
+	for _, sentinel := range sentinels {
+		if errors.Is(err, sentinel) {
+			t.Errorf("Mount of a bad URI is %v: %v", sentinel, err)
+		}
 	}
 	ms, err := c.List(ctx)
 	if err != nil || len(ms) != 0 {
@@ -212,5 +222,46 @@ func TestRelativeTargetsRefused(t *testing.T) {
 	ms, err := c.List(t.Context())
 	if err != nil || len(ms) != 0 {
 		t.Errorf("mounts after the refusals: %v, %v", ms, err)
+	}
+}
+
+// sentinels are the node errors an Error matches with errors.Is.
+var sentinels = []error{node.ErrHandingOver, node.ErrNotMounted, node.ErrTargetBusy, nasroots.ErrNotAllowed, node.ErrClosed}
+
+// TestErrorIsNodeSentinels: a reply of each of the node's sentinel errors,
+// as the server writes it, matches that error with errors.Is and no other;
+// a reply without a code (a daemon older than the codes) matches by its
+// status, and other replies match none.
+func TestErrorIsNodeSentinels(t *testing.T) {
+	srv := NewServer(testNode(t), slog.New(slog.DiscardHandler))
+	c := NewClient("/nowhere.sock")
+	for _, want := range sentinels {
+		rec := httptest.NewRecorder()
+		srv.fail(rec, httptest.NewRequest("POST", "/v1/mount", nil), fmt.Errorf("mount /x: %w", want))
+		var err error = c.replyError(rec.Code, rec.Body.Bytes())
+		for _, other := range sentinels {
+			if got := errors.Is(err, other); got != (other == want) {
+				t.Errorf("reply of %q (%d): errors.Is(%q) = %v", want, rec.Code, other, got)
+			}
+		}
+		var ae *Error
+		if !errors.As(err, &ae) {
+			t.Fatalf("reply of %q is %T", want, err)
+		}
+		if want == node.ErrHandingOver {
+			continue // its code is how clients see it at all; no fallback
+		}
+		old := &Error{Status: ae.Status, Message: ae.Message}
+		if !errors.Is(old, want) {
+			t.Errorf("a codeless %d reply does not match %q", ae.Status, want)
+		}
+	}
+	for _, status := range []int{http.StatusBadRequest, http.StatusInternalServerError, 499} {
+		e := &Error{Status: status, Message: "x"}
+		for _, s := range sentinels {
+			if errors.Is(e, s) {
+				t.Errorf("a %d reply matches %q", status, s)
+			}
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/job"
 	"github.com/mlfsd/mlfsd/node"
+	"github.com/mlfsd/mlfsd/node/nasroots"
 )
 
 // Client talks to a node daemon's API socket. A request the daemon
@@ -85,6 +86,37 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// Is matches the node's sentinel errors to the reply they were answered
+// with, so that callers of the Client test errors as callers of a Node do:
+// errors.Is(err, node.ErrNotMounted). The reply's code says which; a reply
+// without one (a daemon older than the codes) is matched by its status.
+func (e *Error) Is(target error) bool {
+	switch e.Code {
+	case codeHandingOver:
+		return target == node.ErrHandingOver
+	case codeNotMounted:
+		return target == node.ErrNotMounted
+	case codeTargetBusy:
+		return target == node.ErrTargetBusy
+	case codeNotAllowed:
+		return target == nasroots.ErrNotAllowed
+	case codeClosed:
+		return target == node.ErrClosed
+	case "":
+		switch e.Status {
+		case http.StatusNotFound:
+			return target == node.ErrNotMounted
+		case http.StatusConflict:
+			return target == node.ErrTargetBusy
+		case http.StatusForbidden:
+			return target == nasroots.ErrNotAllowed
+		case http.StatusServiceUnavailable:
+			return target == node.ErrClosed
+		}
+	}
+	return false
+}
 
 // handingOver reports whether err is a daemon's refusal for a takeover.
 func handingOver(err error) bool {
@@ -161,7 +193,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 			return nil
 		}
 		var ae *Error
-		if cut && errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		if cut && errors.As(err, &ae) && errors.Is(ae, node.ErrNotMounted) {
 			// The daemon that took over does not hold the target: this
 			// request did not drain or unmount it. Not wrapped, so that
 			// no caller takes it for an unmount already done.
@@ -213,11 +245,7 @@ func (c *Client) doOnce(ctx context.Context, method, path string, in, out any) e
 		return fmt.Errorf("mlfsd daemon at %s: %w", c.socket, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		var eb errorBody
-		if json.Unmarshal(data, &eb) != nil || eb.Error == "" {
-			eb.Error = fmt.Sprintf("mlfsd daemon at %s: HTTP %s", c.socket, resp.Status)
-		}
-		return &Error{Status: resp.StatusCode, Message: eb.Error, Code: eb.Code}
+		return c.replyError(resp.StatusCode, data)
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -225,6 +253,15 @@ func (c *Client) doOnce(ctx context.Context, method, path string, in, out any) e
 		}
 	}
 	return nil
+}
+
+// replyError is the Error of an error reply with this status and body.
+func (c *Client) replyError(status int, body []byte) *Error {
+	var eb errorBody
+	if json.Unmarshal(body, &eb) != nil || eb.Error == "" {
+		eb.Error = fmt.Sprintf("mlfsd daemon at %s: HTTP %d %s", c.socket, status, http.StatusText(status))
+	}
+	return &Error{Status: status, Message: eb.Error, Code: eb.Code}
 }
 
 // Mount asks for a mount and returns once it is up. A relative target is

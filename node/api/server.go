@@ -173,12 +173,16 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		body.Code = codeHandingOver
 	case errors.Is(err, node.ErrNotMounted):
 		code = http.StatusNotFound
+		body.Code = codeNotMounted
 	case errors.Is(err, node.ErrTargetBusy):
 		code = http.StatusConflict
+		body.Code = codeTargetBusy
 	case errors.Is(err, nasroots.ErrNotAllowed):
 		code = http.StatusForbidden
+		body.Code = codeNotAllowed
 	case errors.Is(err, node.ErrClosed):
 		code = http.StatusServiceUnavailable
+		body.Code = codeClosed
 	case errors.Is(err, context.Canceled):
 		code = 499 // the client went away (nginx's convention)
 	}

@@ -1,0 +1,322 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/mlfsd/mlfsd/fs/mountinfo"
+	"github.com/mlfsd/mlfsd/internal/testwait"
+	"github.com/mlfsd/mlfsd/node"
+	"github.com/mlfsd/mlfsd/node/api"
+	"github.com/mlfsd/mlfsd/node/nasroots"
+)
+
+// helperEnv makes the test binary run a daemon (the old one of a
+// takeover) from the options JSON in it, until SIGTERM; its process must
+// differ from the test's, which the handover waits to see exit.
+const helperEnv = "MLFSD_DAEMON_TEST_OPTIONS"
+
+func TestMain(m *testing.M) {
+	spec := os.Getenv(helperEnv)
+	if spec == "" {
+		os.Exit(m.Run())
+	}
+	var h helperSpec
+	if err := json.Unmarshal([]byte(spec), &h); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, h.options()); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// helperSpec is what a test daemon needs, as JSON for a subprocess.
+type helperSpec struct {
+	Root string // holds state/, api.sock, cache/, staging/
+	NAS  string // the nas root requests may name (rw)
+}
+
+func (h helperSpec) options() Options {
+	s := node.Defaults()
+	s.Cache.Dir = filepath.Join(h.Root, "cache")
+	s.Cache.MemoryBytes = 64 << 20
+	s.Output.StagingDir = filepath.Join(h.Root, "staging")
+	policy, err := nasroots.Parse([]string{h.NAS + ":rw"})
+	if err != nil {
+		panic(err)
+	}
+	return Options{
+		Settings: s,
+		StateDir: filepath.Join(h.Root, "state"),
+		Socket:   filepath.Join(h.Root, "api.sock"),
+		NASRoots: policy,
+		Version:  "test",
+		Log:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+}
+
+func newSpec(t *testing.T) helperSpec {
+	t.Helper()
+	h := helperSpec{Root: t.TempDir(), NAS: t.TempDir()}
+	for _, d := range []string{"state", "cache", "staging"} {
+		if err := os.Mkdir(filepath.Join(h.Root, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h
+}
+
+// started is a daemon started in this process; stop stops it (once) and
+// returns Wait's error.
+type started struct {
+	*Daemon
+	cancel context.CancelFunc
+	waited chan error
+}
+
+func start(t *testing.T, o Options) *started {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := Start(ctx, o)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	s := &started{Daemon: d, cancel: cancel, waited: make(chan error, 1)}
+	go func() { s.waited <- d.Wait() }()
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+func (s *started) stop(t *testing.T) error {
+	t.Helper()
+	s.cancel()
+	err, ok := <-s.waited
+	if ok {
+		close(s.waited)
+	}
+	return err
+}
+
+// catFile reads path in another process: this one serves the mount.
+func catFile(t *testing.T, path string) string {
+	t.Helper()
+	out, err := exec.Command("cat", path).Output()
+	if err != nil {
+		t.Fatalf("cat %s: %v", path, err)
+	}
+	return string(out)
+}
+
+func mounted(t *testing.T, target string) bool {
+	t.Helper()
+	m, ok, err := mountinfo.Lookup(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok && m.FSType == "fuse.mlfsd"
+}
+
+// TestDaemonServesAndDrainsOnStop: a started daemon answers its API and
+// its metrics server, mounts an input and an output asked for on the API,
+// and when its context ends drains the output (the file written reaches
+// the store), unmounts both and removes its socket.
+func TestDaemonServesAndDrainsOnStop(t *testing.T) {
+	h := newSpec(t)
+	src, out := filepath.Join(h.NAS, "in"), filepath.Join(h.NAS, "out")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "a"), []byte("input data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := h.options()
+	o.MetricsListen = "127.0.0.1:0"
+	d := start(t, o)
+
+	resp, err := http.Get("http://" + d.MetricsAddr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: %s", resp.Status)
+	}
+
+	c := api.NewClient(o.Socket)
+	inMnt, outMnt := t.TempDir(), t.TempDir()
+	if _, err := c.Mount(t.Context(), node.MountRequest{URI: "nas://" + src + "/", Target: inMnt, ReadOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Mount(t.Context(), node.MountRequest{URI: "nas://" + out + "/", Target: outMnt}); err != nil {
+		t.Fatal(err)
+	}
+	if got := catFile(t, filepath.Join(inMnt, "a")); got != "input data" {
+		t.Fatalf("read %q through the input mount", got)
+	}
+	if err := exec.Command("sh", "-c", "printf 'output data' > "+filepath.Join(outMnt, "b")).Run(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 2 {
+		t.Fatalf("status lists %d mounts, want 2: %+v", len(st), st)
+	}
+
+	if err := d.stop(t); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "b"))
+	if err != nil || string(data) != "output data" {
+		t.Fatalf("after the stop the output's file holds %q (%v): the drain did not upload it", data, err)
+	}
+	for _, m := range []string{inMnt, outMnt} {
+		if mounted(t, m) {
+			t.Errorf("%s is still mounted after the stop", m)
+		}
+	}
+	if _, err := os.Stat(o.Socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the API socket is left after the stop: %v", err)
+	}
+}
+
+// TestSecondDaemonRefused: a daemon started on the socket and state
+// directory of a running one fails and leaves the first serving.
+func TestSecondDaemonRefused(t *testing.T) {
+	h := newSpec(t)
+	o := h.options()
+	start(t, o)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	d2, err := Start(ctx, o)
+	if err == nil {
+		cancel()
+		d2.Wait()
+		t.Fatal("a second daemon started on the socket of a running one")
+	}
+	t.Logf("second daemon: %v", err)
+	if _, err := api.NewClient(o.Socket).Status(t.Context()); err != nil {
+		t.Fatalf("the first daemon stopped answering after the second was refused: %v", err)
+	}
+}
+
+// TestOptionsChecked: a daemon without a state directory or socket is
+// refused with the flag to give.
+func TestOptionsChecked(t *testing.T) {
+	for _, o := range []Options{{Socket: "/x.sock"}, {StateDir: "/x"}} {
+		if _, err := Start(t.Context(), o); err == nil {
+			t.Errorf("started with %+v", o)
+		}
+	}
+}
+
+// TestTakeover: a daemon started with Takeover takes the mounts of the
+// one running with its state directory (another process, which exits),
+// and serves them: a file is read through the mount taken over, and the
+// new daemon's API lists and unmounts it.
+func TestTakeover(t *testing.T) {
+	h := newSpec(t)
+	if err := os.WriteFile(filepath.Join(h.NAS, "a"), []byte("taken over"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := exec.Command(os.Args[0], "-test.run=^$")
+	old.Env = append(os.Environ(), helperEnv+"="+string(spec))
+	old.Stderr = os.Stderr
+	if err := old.Start(); err != nil {
+		t.Fatal(err)
+	}
+	oldDone := make(chan error, 1)
+	go func() { oldDone <- old.Wait() }()
+	t.Cleanup(func() {
+		old.Process.Kill()
+		<-oldDone
+	})
+	o := h.options()
+	c := api.NewClient(o.Socket)
+	testwait.EventuallyNoError(t, func() error { _, err := c.Status(t.Context()); return err }, "the old daemon's API")
+	mnt := t.TempDir()
+	if _, err := c.Mount(t.Context(), node.MountRequest{URI: "nas://" + h.NAS + "/", Target: mnt, ReadOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	o.Takeover = true
+	d := start(t, o)
+	select {
+	case err := <-oldDone:
+		oldDone <- err
+		if err != nil {
+			t.Fatalf("the old daemon exited with %v after handing over", err)
+		}
+	default:
+		t.Fatal("Start returned with the old daemon still running")
+	}
+	if got := catFile(t, filepath.Join(mnt, "a")); got != "taken over" {
+		t.Fatalf("read %q through the mount taken over", got)
+	}
+	st, err := c.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 1 || st[0].Target != mnt {
+		t.Fatalf("the new daemon lists %+v, want the mount at %s", st, mnt)
+	}
+	if err := c.Unmount(t.Context(), mnt); err != nil {
+		t.Fatal(err)
+	}
+	if mounted(t, mnt) {
+		t.Fatal("still mounted after the new daemon unmounted it")
+	}
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestErrorsMatchNodeSentinels: the API's answers match the node's
+// errors with errors.Is, as a Node's own errors do.
+func TestErrorsMatchNodeSentinels(t *testing.T) {
+	h := newSpec(t)
+	o := h.options()
+	start(t, o)
+	c := api.NewClient(o.Socket)
+	err := c.Unmount(t.Context(), "/nowhere/mounted")
+	if !errors.Is(err, node.ErrNotMounted) {
+		t.Errorf("unmount of nothing: %v, not node.ErrNotMounted", err)
+	}
+	elsewhere := t.TempDir()
+	_, err = c.Mount(t.Context(), node.MountRequest{URI: "nas://" + elsewhere + "/", Target: t.TempDir(), ReadOnly: true})
+	if !errors.Is(err, nasroots.ErrNotAllowed) {
+		t.Errorf("mount outside the nas roots: %v, not nasroots.ErrNotAllowed", err)
+	}
+	if errors.Is(err, node.ErrNotMounted) || errors.Is(err, node.ErrTargetBusy) {
+		t.Errorf("mount outside the nas roots matches another sentinel: %v", err)
+	}
+	mnt := t.TempDir()
+	if _, err := c.Mount(t.Context(), node.MountRequest{URI: "nas://" + h.NAS + "/", Target: mnt, ReadOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Mount(t.Context(), node.MountRequest{URI: "nas://" + h.NAS + "/", Target: mnt})
+	if !errors.Is(err, node.ErrTargetBusy) {
+		t.Errorf("mount over another mount: %v, not node.ErrTargetBusy", err)
+	}
+}
