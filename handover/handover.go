@@ -287,6 +287,11 @@ func Take(ctx context.Context, socket string, n *node.Node, version string, prot
 	return err
 }
 
+// ErrNoDaemon is Take's error when no daemon listens on the handover
+// socket (none runs with this state dir): nothing was taken, and a daemon
+// started with --takeover=auto starts afresh.
+var ErrNoDaemon = errors.New("no mlfsd daemon is running with this state directory")
+
 // olderProtocol is the refusal of a daemon that speaks only older
 // protocols, the highest of which is protocol.
 type olderProtocol struct {
@@ -321,6 +326,9 @@ func protocolRefusal(asked int, r message) (isProtocol bool, askNext int) {
 func take(ctx context.Context, socket string, n *node.Node, version string, protocol int, log *slog.Logger, committed func(), hk hooks) error {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
 	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
+			err = errors.Join(ErrNoDaemon, err)
+		}
 		return fmt.Errorf("connecting to the running daemon's handover socket %s: %w", socket, err)
 	}
 	defer c.Close()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -20,7 +21,7 @@ import (
 
 func newDaemonCmd(a *app) *cobra.Command {
 	var stateDir, socket, metricsListen string
-	var takeover bool
+	var takeover, onStop, retiredFile string
 	var protocol int
 	var nasRoots []string
 	c := &cobra.Command{
@@ -38,8 +39,20 @@ The mount table is kept in --state-dir: started again after a crash, the
 daemon detaches the stale mounts it left and serves them again at the same
 paths, uploading what outputs had pending. Mounts made with a client's
 credentials come back with the daemon's own (environment or
---oss-credentials-file), never stored. On SIGINT/SIGTERM it drains every
-output and unmounts everything (a second signal aborts the drain).
+--oss-credentials-file), never stored.
+
+Stopping keeps the mounts (--on-stop=keep, the default): SIGINT/SIGTERM
+never unmounts a job's volume. Under systemd with a file-descriptor store
+(FileDescriptorStoreMax=, systemd 254 or later: deploy/systemd) the daemon
+freezes its mounts and leaves their FUSE connections and what it holds of
+them in the store; the daemon started next (` + "`systemctl restart`" + `, or a
+stop and a later start) takes them over from there: open files stay open.
+Anywhere else the daemon stops serving without unmounting: the mounts fail
+(ENOTCONN) until the next daemon started with this --state-dir detaches
+them and mounts them again from its mount table; pending uploads stay
+journaled for it. Only ` + "`mlfsd umount`" + ` (or ` + "`mlfsd drain`" + `, every mount of
+the node) unmounts. --on-stop=unmount is the old behaviour: drain every
+output and unmount everything (a second signal aborts the drain).
 
 Upgrading without unmounting: start the new binary with --takeover and the
 same flags (--state-dir, --socket, --staging-dir above all) while the old
@@ -78,9 +91,18 @@ Logs are JSON unless --log-format says otherwise.`,
 			if err != nil {
 				return fmt.Errorf("--nas-root: %w", err)
 			}
+			switch takeover {
+			case "true", "false", "auto":
+			default:
+				return fmt.Errorf("--takeover=%s: want true, false or auto", takeover)
+			}
+			if onStop != "keep" && onStop != "unmount" {
+				return fmt.Errorf("--on-stop=%s: want keep or unmount", onStop)
+			}
 			return runDaemon(cmd.Context(), nodedaemon.Options{
 				Settings: a.settings, StateDir: stateDir, Socket: socket, MetricsListen: metricsListen,
-				Takeover: takeover, Protocol: protocol, NASRoots: policy, Version: version,
+				Takeover: takeover != "false", TakeoverAuto: takeover == "auto", KeepMounts: onStop == "keep",
+				RetiredFile: retiredFile, Protocol: protocol, NASRoots: policy, Version: version,
 				Log: a.log, Progress: a.stderr, ReadyFile: a.readyFile,
 			})
 		},
@@ -89,7 +111,10 @@ Logs are JSON unless --log-format says otherwise.`,
 	f.StringVar(&stateDir, "state-dir", "", "directory of the daemon's mount table (required)")
 	f.StringVar(&socket, "socket", "", "path of the API's unix socket (required; made mode 0600)")
 	f.StringVar(&metricsListen, "metrics-listen", "", "serve Prometheus /metrics and /healthz on this address, e.g. 127.0.0.1:9469")
-	f.BoolVar(&takeover, "takeover", false, "take the live mounts of the daemon running with this --state-dir and --socket, which then exits (an upgrade without unmounting)")
+	f.StringVar(&takeover, "takeover", "false", "true: take the live mounts of the daemon running with this --state-dir and --socket, which then exits (an upgrade without unmounting); auto: the same if one runs, else start afresh (a DaemonSet's surge pod)")
+	f.Lookup("takeover").NoOptDefVal = "true"
+	f.StringVar(&onStop, "on-stop", "keep", "on SIGINT/SIGTERM: keep the mounts for the next daemon, or unmount (drain outputs and unmount everything)")
+	f.StringVar(&retiredFile, "retired-file", "", "write this file after handing the mounts over; a daemon started while it exists serves nothing until stopped (a DaemonSet pod's emptyDir: the kubelet restarts the container of a daemon that handed over)")
 	// For tests of a refused takeover: ask for another handover protocol.
 	f.IntVar(&protocol, "handover-protocol", 0, "handover protocol to ask for with --takeover (0: this binary's)")
 	f.MarkHidden("handover-protocol")
@@ -184,5 +209,44 @@ func newStatusCmd(a *app) *cobra.Command {
 	}
 	c.Flags().StringVar(&socket, "daemon", "", "API socket of the mlfsd daemon")
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func newDrainCmd(a *app) *cobra.Command {
+	var socket string
+	c := &cobra.Command{
+		Use:   "drain --daemon SOCKET",
+		Short: "Unmount every mount of the node daemon, outputs drained first (before taking a node out of service)",
+		Long: `Unmount every mount of the node daemon: each output's pending uploads
+are made first. Stopping the daemon keeps the mounts (for the daemon
+started next); run this before taking the node out of service, e.g. after
+` + "`kubectl drain`" + ` evicted the jobs, or before ` + "`systemctl stop mlfsd`" + ` for good.
+It exits non-zero, naming each mount it could not unmount.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if socket == "" {
+				return errors.New("--daemon is required")
+			}
+			cl := api.NewClient(socket)
+			mounts, err := cl.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			errs := make([]error, len(mounts))
+			var wg sync.WaitGroup
+			for i, m := range mounts {
+				wg.Go(func() {
+					if err := cl.Unmount(cmd.Context(), m.Target); err != nil {
+						errs[i] = fmt.Errorf("%s: %w", m.Target, err)
+						return
+					}
+					fmt.Fprintf(a.stdout, "unmounted %s\n", m.Target)
+				})
+			}
+			wg.Wait()
+			return errors.Join(errs...)
+		},
+	}
+	c.Flags().StringVar(&socket, "daemon", "", "API socket of the mlfsd daemon")
 	return c
 }

@@ -57,7 +57,9 @@ func startNodeDaemon(t testing.TB, dir string, extra ...string) *nodeDaemon {
 	args := append([]string{"daemon", "--state-dir", d.stateDir, "--socket", d.socket,
 		"--cache-dir", filepath.Join(dir, "cache"), "--staging-dir", filepath.Join(dir, "staging"),
 		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--metrics-listen", "127.0.0.1:0",
-		"--nas-root", testNASRoot(t)}, extra...)
+		"--nas-root", testNASRoot(t),
+		// These tests stop daemons to clean up: unmount then.
+		"--on-stop=unmount"}, extra...)
 	d.cmd = mlfsdCmd(t, args...)
 	d.ready = withReadyFile(t, d.cmd)
 	ossEnv(d.cmd)

@@ -162,6 +162,7 @@ func newRootCmd(a *app) *cobra.Command {
 		newVersionCmd(a),
 		newMountCmd(a),
 		newUmountCmd(a),
+		newDrainCmd(a),
 		newStatusCmd(a),
 		newCacheCmd(a), // cachecmd.go
 		newDaemonCmd(a),

@@ -36,7 +36,9 @@ func forkNodeDaemon(t *testing.T, dir string, extra ...string) func() *nodeDaemo
 	args := append([]string{"daemon", "--state-dir", d.stateDir, "--socket", d.socket,
 		"--cache-dir", filepath.Join(dir, "cache"), "--staging-dir", filepath.Join(dir, "staging"),
 		"--cache-memory", "64MiB", "--cache-free-floor", "0", "--metrics-listen", "127.0.0.1:0",
-		"--nas-root", testNASRoot(t)}, extra...)
+		"--nas-root", testNASRoot(t),
+		// These tests stop daemons to clean up: unmount then.
+		"--on-stop=unmount"}, extra...)
 	m := mlfsdCmd(t, args...)
 	d.ready = withReadyFile(t, m)
 	d.cmd = exec.Command("/bin/sh", append([]string{"-c", `read go && exec "$0" "$@"`}, m.Args...)...)

@@ -10,11 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 
 	"github.com/mlfsd/mlfsd/internal/atomicfile"
+	"github.com/mlfsd/mlfsd/internal/sdnotify"
 )
 
 // Info is the content of a ready file (JSON). Fields a process does not
@@ -108,18 +108,5 @@ func Read(path string) (Info, error) {
 // (the mount helper passes its environment on), and a READY=1 from it
 // would speak for that unit.
 func Notify(state string) error {
-	path := os.Getenv("NOTIFY_SOCKET")
-	if path == "" {
-		return nil
-	}
-	if path[0] == '@' {
-		path = "\x00" + path[1:] // abstract namespace
-	}
-	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
-	if err != nil {
-		return fmt.Errorf("sd_notify %s: %w", os.Getenv("NOTIFY_SOCKET"), err)
-	}
-	defer c.Close()
-	_, err = c.Write([]byte(state))
-	return err
+	return sdnotify.Notify(state)
 }

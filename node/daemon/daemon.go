@@ -27,6 +27,7 @@ import (
 
 	"github.com/mlfsd/mlfsd/handover"
 	"github.com/mlfsd/mlfsd/internal/ready"
+	"github.com/mlfsd/mlfsd/internal/sdnotify"
 	"github.com/mlfsd/mlfsd/node"
 	"github.com/mlfsd/mlfsd/node/api"
 	"github.com/mlfsd/mlfsd/node/nasroots"
@@ -46,6 +47,17 @@ type Options struct {
 	// Takeover takes the live mounts of the daemon running with this
 	// StateDir, which then exits (an upgrade without unmounting).
 	Takeover bool
+	// TakeoverAuto, with Takeover, starts afresh when no daemon runs with
+	// this StateDir (a DaemonSet's surge pod on a node without one).
+	TakeoverAuto bool
+	// KeepMounts: when the context ends, the mounts are kept for the
+	// next daemon rather than drained and unmounted: handed to the
+	// service manager's fd store when there is one (systemd, $FDSTORE),
+	// else left for the next daemon to restore from the mount table.
+	KeepMounts bool
+	// RetiredFile, when set, is written once the mounts were handed over;
+	// a daemon started while it exists serves nothing until ctx ends.
+	RetiredFile string
 	// Protocol is the handover protocol to ask for with Takeover (0: this
 	// build's; other values are for tests of a refused takeover).
 	Protocol int
@@ -95,6 +107,7 @@ type Daemon struct {
 	metricsAddr string
 	served      chan error
 	handedOver  chan struct{}
+	retired     bool // RetiredFile existed: nothing runs
 }
 
 // Run starts a daemon and serves until ctx is done (it then drains every
@@ -121,27 +134,59 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Daemon{o: o, log: log, ctx: ctx, served: make(chan error, 1), handedOver: make(chan struct{})}
-	takeover := o.Takeover
+	if o.RetiredFile != "" {
+		if _, err := os.Stat(o.RetiredFile); err == nil {
+			// This container's daemon handed its mounts over to another
+			// pod's and the kubelet restarted it: taking them back would
+			// undo the upgrade.
+			log.Info("this daemon handed its mounts over already; serving nothing until stopped", "retired_file", o.RetiredFile)
+			d.retired = true
+			return d, nil
+		}
+	}
+	// Mounts a daemon stopped under systemd left in the fd store.
+	stored, err := sdnotify.Listen()
+	if err != nil {
+		log.Warn("fds passed by the service manager", "err", err)
+	}
+	fromStore := false
+	for _, f := range stored {
+		fromStore = fromStore || f.Name == handover.StoreStateName
+	}
+	closeStored := func() {
+		for _, f := range stored {
+			f.Close()
+		}
+	}
+	takeover := o.Takeover && !fromStore
 	hsock := handover.SocketPath(o.StateDir)
 	var l, hl net.Listener
-	if !takeover {
-		// Both sockets first: a daemon started beside a running one (on
-		// its API socket or its state directory) is refused before it
-		// touches anything, since its restore and its stop would rewrite
-		// the running daemon's mount table. Requests wait in the backlog
-		// until the API is served.
-		// The handover socket lies in the state directory, which a first
-		// start makes.
+	// Both sockets first: a daemon started beside a running one (on its
+	// API socket or its state directory) is refused before it touches
+	// anything, since its restore and its stop would rewrite the running
+	// daemon's mount table. Requests wait in the backlog until the API is
+	// served. The handover socket lies in the state directory, which a
+	// first start makes.
+	listenFirst := func() error {
 		if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("state dir %s: %w", o.StateDir, err)
+			return fmt.Errorf("state dir %s: %w", o.StateDir, err)
 		}
 		var err error
 		if l, err = api.Listen(o.Socket); err != nil {
-			return nil, err
+			l = nil
+			return err
 		}
 		if hl, err = api.Listen(hsock); err != nil {
 			l.Close()
-			return nil, fmt.Errorf("handover %w", err)
+			l, hl = nil, nil
+			return fmt.Errorf("handover %w", err)
+		}
+		return nil
+	}
+	if !takeover {
+		if err := listenFirst(); err != nil {
+			closeStored()
+			return nil, err
 		}
 	}
 	closeListeners := func() {
@@ -155,12 +200,21 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 	policy := o.NASRoots
 	// Taking over, the cache directory is the old daemon's until it lets
 	// go; the node opens it then.
-	n, err := node.New(ctx, node.Options{Settings: o.Settings, Version: o.Version, StateDir: o.StateDir, OpenCache: !takeover, Log: log, Progress: o.Progress, NASRoots: &policy})
+	n, err := node.New(ctx, node.Options{Settings: o.Settings, Version: o.Version, StateDir: o.StateDir, OpenCache: !takeover && !fromStore, Log: log, Progress: o.Progress, NASRoots: &policy})
 	if err != nil {
 		closeListeners()
+		closeStored()
 		return nil, err
 	}
 	d.n = n
+	took := false
+	if len(stored) > 0 {
+		ok, err := handover.FromStore(ctx, stored, n, o.Version, log)
+		if err != nil {
+			log.Error("the mounts left in the fd store could not be taken over; restoring the mount table instead", "err", err)
+		}
+		took = ok && err == nil
+	}
 	if takeover {
 		// systemd follows the new process from the moment the old one
 		// lets go (NotifyAccess=all in deploy/systemd).
@@ -169,10 +223,20 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 				log.Warn("sd_notify", "err", err)
 			}
 		}
-		if err := handover.Take(ctx, hsock, n, o.Version, o.Protocol, log, mainPID); err != nil {
+		err := handover.Take(ctx, hsock, n, o.Version, o.Protocol, log, mainPID)
+		switch {
+		case o.TakeoverAuto && errors.Is(err, handover.ErrNoDaemon):
+			log.Info("--takeover=auto: no daemon runs with this state directory; starting afresh")
+			if err := listenFirst(); err != nil {
+				return nil, errors.Join(err, d.closeNode())
+			}
+		case err != nil:
 			return nil, errors.Join(fmt.Errorf("takeover: %w", err), d.closeNode())
+		default:
+			took = true
 		}
 	}
+	takeover = took
 	// After a takeover the mounts are served already: a socket that cannot
 	// be had is logged, not a reason to unmount them.
 	keepServing := func(what string, err error) {
@@ -195,12 +259,16 @@ func Start(ctx context.Context, o Options) (*Daemon, error) {
 		} else if len(restored) > 0 {
 			log.Info("mount table restored", "mounts", len(restored))
 		}
-	} else {
-		// The old daemon held both sockets until it exited.
+	}
+	// After a takeover from a running daemon: it held both sockets until
+	// it exited.
+	if l == nil {
 		if l, err = api.Listen(o.Socket); err != nil {
 			l = nil
 			keepServing("the API socket", err)
 		}
+	}
+	if hl == nil {
 		if hl, err = api.Listen(hsock); err != nil {
 			hl = nil
 			keepServing("the handover socket", err)
@@ -239,6 +307,10 @@ func (d *Daemon) MetricsAddr() string { return d.metricsAddr }
 // Wait serves until Start's context is done, the API server fails, or the
 // mounts were handed over, and then stops as Run says. Call it once.
 func (d *Daemon) Wait() error {
+	if d.retired {
+		<-d.ctx.Done()
+		return nil
+	}
 	defer d.closeMetrics()
 	if d.hl != nil {
 		defer d.hl.Close()
@@ -264,16 +336,51 @@ func (d *Daemon) Wait() error {
 			cancel()
 			l.Close()
 		}
+		if d.o.RetiredFile != "" {
+			if err := os.WriteFile(d.o.RetiredFile, []byte(d.o.Version+"\n"), 0o600); err != nil {
+				log.Error("retired file", "err", err)
+			}
+		}
 		log.Info("handed the mounts over to the new daemon; exiting")
 		return nil
 	}
 	_ = ready.Notify("STOPPING=1")
-	log.Info("stopping: draining outputs and unmounting")
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	d.srv.Shutdown(sctx)
 	cancel()
-	os.Remove(d.o.Socket)
-	return d.closeNode()
+	if !d.o.KeepMounts {
+		log.Info("stopping: draining outputs and unmounting")
+		os.Remove(d.o.Socket)
+		return d.closeNode()
+	}
+	// The handover socket goes first: no new daemon is to take mounts
+	// that are leaving for the store.
+	if d.hl != nil {
+		d.hl.Close()
+	}
+	if sdnotify.Available() {
+		err := handover.ToStore(context.Background(), d.n, d.o.Version, log)
+		if err == nil {
+			return nil
+		}
+		log.Error("the mounts could not be kept in the service manager's fd store; leaving them for the next daemon to mount again", "err", err)
+	}
+	return d.leaveMounts()
+}
+
+// leaveMounts stops the node without unmounting: its uploads stop (what
+// is pending stays journaled) and its mounts fail once this process
+// exits, until the next daemon with this state dir detaches them and
+// mounts them again from the mount table.
+func (d *Daemon) leaveMounts() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	hv, err := d.n.FreezeForHandover(ctx)
+	if err != nil {
+		return fmt.Errorf("stopping without unmounting: %w", err)
+	}
+	d.log.Info("stopping without unmounting: the next daemon started with this state directory mounts them again", "mounts", len(hv.Mounts))
+	return hv.Commit()
 }
 
 // closeNode drains and closes the node. A drain cut short (DrainContext

@@ -413,3 +413,42 @@ func TestErrorsMatchNodeSentinels(t *testing.T) {
 		t.Errorf("mount over another mount: %v, not node.ErrTargetBusy", err)
 	}
 }
+
+// TestTakeoverAutoStartsAfresh: with TakeoverAuto, a daemon that finds
+// nobody on the handover socket starts afresh and serves; without it,
+// the same start fails.
+func TestTakeoverAutoStartsAfresh(t *testing.T) {
+	h := newSpec(t)
+	o := h.options()
+	o.Takeover = true
+	if d, err := Start(t.Context(), o); err == nil {
+		d.Wait()
+		t.Fatal("--takeover without a daemon to take over from started")
+	}
+	o.TakeoverAuto = true
+	start(t, o)
+	if _, err := api.NewClient(o.Socket).Status(t.Context()); err != nil {
+		t.Fatalf("the daemon started afresh does not answer: %v", err)
+	}
+}
+
+// TestRetiredFileServesNothing: a daemon started while its RetiredFile
+// exists (its pod's daemon handed over already) serves nothing: no API
+// socket, no handover socket to take the mounts back through.
+func TestRetiredFileServesNothing(t *testing.T) {
+	h := newSpec(t)
+	o := h.options()
+	o.RetiredFile = filepath.Join(h.Root, "retired")
+	if err := os.WriteFile(o.RetiredFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, o)
+	for _, p := range []string{o.Socket, filepath.Join(o.StateDir, "takeover.sock")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("a retired daemon made %s", p)
+		}
+	}
+	if err := d.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
