@@ -371,18 +371,37 @@ func TestUnitRestartAndReloadKeepMounts(t *testing.T) {
 	// The unit's paths, under the test's dir; the metrics port any free
 	// one; the emulator's endpoint and a small cache (an administrator's
 	// edit of MLFSD_DAEMON_ARGS).
-	args := u.daemonArgs
-	for _, p := range []string{"/var/lib/mlfsd", "/run/mlfsd", "/var/cache/mlfsd"} {
-		args = strings.ReplaceAll(args, p, filepath.Join(root, strings.ReplaceAll(p[1:], "/", "-")))
+	// The unit names the shipped config file (deploy/systemd/config.yaml,
+	// installed as /etc/mlfsd/config.yaml): the test's copy gets the same
+	// edits.
+	local := func(text string) string {
+		for _, p := range []string{"/var/lib/mlfsd", "/run/mlfsd", "/var/cache/mlfsd"} {
+			text = strings.ReplaceAll(text, p, filepath.Join(root, strings.ReplaceAll(p[1:], "/", "-")))
+		}
+		return strings.ReplaceAll(text, "127.0.0.1:9469", "127.0.0.1:0")
 	}
-	args = strings.ReplaceAll(args, "127.0.0.1:9469", "127.0.0.1:0")
+	args := local(u.daemonArgs)
+	const shippedConfig = "/etc/mlfsd/config.yaml"
+	config := ""
+	if strings.Contains(args, shippedConfig) {
+		b, err := os.ReadFile("config.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		config = local(string(b))
+		path := filepath.Join(root, "config.yaml")
+		if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = strings.ReplaceAll(args, shippedConfig, path)
+	}
 	args += " --oss-endpoint " + endpoint + " --cache-memory 64MiB --cache-free-floor 0"
 	for _, p := range []string{"run-mlfsd", "var-lib-mlfsd", "var-cache-mlfsd"} {
 		if err := os.MkdirAll(filepath.Join(root, p), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	socket := flagOf(t, args, "--socket")
+	socket := settingOf(t, args, config, "socket")
 	creds := []string{"OSS_ACCESS_KEY_ID=" + ossemutest.AccessKeyID, "OSS_ACCESS_KEY_SECRET=" + ossemutest.AccessKeySecret}
 	env := append([]string{"PATH=" + os.Getenv("PATH"), "MLFSD_DAEMON_ARGS=" + args,
 		"FDSTORE=" + u.service["FileDescriptorStoreMax"]}, creds...)
@@ -563,17 +582,24 @@ func expand(argv []string, args string) []string {
 	return out
 }
 
-func flagOf(t *testing.T, args, name string) string {
+// settingOf is the daemon's setting name: its flag in args, else its key
+// in the config file's text.
+func settingOf(t *testing.T, args, config, name string) string {
 	f := strings.Fields(args)
 	for i, a := range f {
-		if a == name && i+1 < len(f) {
+		if a == "--"+name && i+1 < len(f) {
 			return f[i+1]
 		}
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
 			return v
 		}
 	}
-	t.Fatalf("MLFSD_DAEMON_ARGS has no %s", name)
+	for _, line := range strings.Split(config, "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("neither MLFSD_DAEMON_ARGS nor the config file sets %s", name)
 	return ""
 }
 

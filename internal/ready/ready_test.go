@@ -53,12 +53,24 @@ func TestNotifySystemd(t *testing.T) {
 	}
 	defer l.Close()
 	t.Setenv("NOTIFY_SOCKET", sock)
+	// The manager reads as the message comes: Notify waits until it has
+	// read it (the barrier message that follows, whose fd a read without
+	// room for it closes).
+	got := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 64)
+		n, err := l.Read(buf)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		got <- string(buf[:n])
+		l.Read(buf) // BARRIER=1
+	}()
 	if err := Notify("READY=1"); err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 64)
-	n, err := l.Read(buf)
-	if err != nil || string(buf[:n]) != "READY=1" {
-		t.Fatalf("systemd got %q, %v; want READY=1", buf[:n], err)
+	if m := <-got; m != "READY=1" {
+		t.Fatalf("systemd got %q; want READY=1", m)
 	}
 }
