@@ -141,20 +141,9 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	start, end := int64(0), oi.Size-1
-	status := http.StatusOK
-	if rv := r.Header.Get("Range"); rv != "" {
-		st, en, present, ok := parseRange(rv, oi.Size)
-		standard := rc.s3 || strings.EqualFold(r.Header.Get("x-oss-range-behavior"), "standard")
-		switch {
-		case present && ok:
-			start, end, status = st, en, http.StatusPartialContent
-		case present && standard:
-			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", oi.Size))
-			s.writeError(w, r, rc, http.StatusRequestedRangeNotSatisfiable, "InvalidRange", "The requested range cannot be satisfied.")
-			return
-		}
-		// Otherwise OSS ignores the range and sends the whole object.
+	start, end, status, ok := s.requestedRange(w, r, rc, oi.Size)
+	if !ok {
+		return
 	}
 	if status == http.StatusOK {
 		// A whole-object response carries the CRC the client verifies.
@@ -164,17 +153,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, rc *reqCtx) {
 		}
 	}
 	n := end - start + 1
-	s.setObjectHeaders(w, rc, oi)
-	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-	if status == http.StatusPartialContent {
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, end, oi.Size))
-	}
-	if head || n == 0 {
-		if rc.fault != "" && !head {
-			killConn(w, r, rc.fault, false)
-			return
-		}
-		w.WriteHeader(status)
+	if !s.startGetReply(w, r, rc, oi, start, end, status, head) {
 		return
 	}
 	f, err := os.Open(oi.path)
@@ -724,4 +703,47 @@ func (c *awsChunkedReader) Read(p []byte) (int, error) {
 		return n, errChunkSignature
 	}
 	return n, err
+}
+
+// requestedRange is the part of an object of size bytes a GET's Range
+// header asks for, and the status of the reply: with ok false, the range
+// could not be satisfied and the reply (416) is sent. A range OSS cannot
+// satisfy is ignored (the whole object is sent) unless the request asks
+// for the standard behaviour, as S3 clients always get.
+func (s *Server) requestedRange(w http.ResponseWriter, r *http.Request, rc *reqCtx, size int64) (start, end int64, status int, ok bool) {
+	start, end, status = 0, size-1, http.StatusOK
+	if rv := r.Header.Get("Range"); rv != "" {
+		st, en, present, satisfiable := parseRange(rv, size)
+		standard := rc.s3 || strings.EqualFold(r.Header.Get("x-oss-range-behavior"), "standard")
+		switch {
+		case present && satisfiable:
+			start, end, status = st, en, http.StatusPartialContent
+		case present && standard:
+			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", size))
+			s.writeError(w, r, rc, http.StatusRequestedRangeNotSatisfiable, "InvalidRange", "The requested range cannot be satisfied.")
+			return 0, 0, 0, false
+		}
+	}
+	return start, end, status, true
+}
+
+// startGetReply sends the headers of a GET or HEAD of bytes [start, end]
+// of oi, and says whether a body is to follow: not for a HEAD or an empty
+// body (a fault injected into a GET of no bytes cuts the connection).
+func (s *Server) startGetReply(w http.ResponseWriter, r *http.Request, rc *reqCtx, oi objInfo, start, end int64, status int, head bool) bool {
+	n := end - start + 1
+	s.setObjectHeaders(w, rc, oi)
+	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+	if status == http.StatusPartialContent {
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, end, oi.Size))
+	}
+	if head || n == 0 {
+		if rc.fault != "" && !head {
+			killConn(w, r, rc.fault, false)
+			return false
+		}
+		w.WriteHeader(status)
+		return false
+	}
+	return true
 }

@@ -254,32 +254,12 @@ func (s *Server) handleSyntheticGet(w http.ResponseWriter, r *http.Request, rc *
 		s.writeError(w, r, rc, http.StatusPreconditionFailed, "PreconditionFailed", "At least one of the pre-conditions you specified did not hold.")
 		return
 	}
-	start, end := int64(0), oi.Size-1
-	status := http.StatusOK
-	if rv := r.Header.Get("Range"); rv != "" {
-		st, en, present, ok := parseRange(rv, oi.Size)
-		standard := rc.s3 || strings.EqualFold(r.Header.Get("x-oss-range-behavior"), "standard")
-		switch {
-		case present && ok:
-			start, end, status = st, en, http.StatusPartialContent
-		case present && standard:
-			w.Header().Set("Content-Range", fmt.Sprintf("bytes */%d", oi.Size))
-			s.writeError(w, r, rc, http.StatusRequestedRangeNotSatisfiable, "InvalidRange", "The requested range cannot be satisfied.")
-			return
-		}
+	start, end, status, ok := s.requestedRange(w, r, rc, oi.Size)
+	if !ok {
+		return
 	}
 	n := end - start + 1
-	s.setObjectHeaders(w, rc, oi)
-	w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
-	if status == http.StatusPartialContent {
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", start, end, oi.Size))
-	}
-	if head || n == 0 {
-		if rc.fault != "" && !head {
-			killConn(w, r, rc.fault, false)
-			return
-		}
-		w.WriteHeader(status)
+	if !s.startGetReply(w, r, rc, oi, start, end, status, head) {
 		return
 	}
 	w.WriteHeader(status)
