@@ -1049,16 +1049,7 @@ func benchSmall(ctx context.Context, c config, emu *emulator, emuRoot string, r 
 		if err != nil {
 			return nil, 0, 0, err
 		}
-		n := 0
-		err = filepath.WalkDir(mnt, func(p string, d fs.DirEntry, err error) error {
-			if err == nil && !d.IsDir() {
-				n++
-			}
-			return err
-		})
-		if err == nil && n != c.smallFiles {
-			err = fmt.Errorf("listed %d files through the mount, want %d", n, c.smallFiles)
-		}
+		err = listSmall(c, mnt)
 		var secs float64
 		gets, heads := emu.gets(), emu.count("HeadObject")
 		if err == nil {
@@ -1334,4 +1325,20 @@ func report(c config, rs []result, rssBound int64) {
 	}
 	fmt.Printf("daemon peak RSS %s; bound --cache-memory + 256MiB = %s: %s\n", humanize.IBytes(uint64(peak)), humanize.IBytes(uint64(rssBound)),
 		map[bool]string{true: "within", false: "EXCEEDED"}[peak < rssBound])
+}
+
+// listSmall lists the small part's files through mnt (untimed: an epoch is
+// timed on a listed tree) and checks that all of them are there.
+func listSmall(c config, mnt string) error {
+	n := 0
+	err := filepath.WalkDir(mnt, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return err
+	})
+	if err == nil && n != c.smallFiles {
+		err = fmt.Errorf("listed %d files through the mount, want %d", n, c.smallFiles)
+	}
+	return err
 }

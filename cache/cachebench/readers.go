@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -203,16 +202,7 @@ func readersEpoch(ctx context.Context, c config, emu *emulator, r int, res *read
 	if err != nil {
 		return err
 	}
-	n := 0
-	err = filepath.WalkDir(mnt, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			n++
-		}
-		return err
-	})
-	if err == nil && n != c.smallFiles {
-		err = fmt.Errorf("listed %d files through the mount, want %d", n, c.smallFiles)
-	}
+	err = listSmall(c, mnt)
 	var secs float64
 	if err == nil {
 		var paths strings.Builder
