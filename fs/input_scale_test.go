@@ -109,16 +109,7 @@ func TestInputForgetFreesNodes(t *testing.T) {
 	const n, fan = 3000, 500
 	syn := ossemu.Synthetic{N: n, FanOut: fan, Size: 100}
 	_, b := syntheticOSS(t, syn)
-	mnt := t.TempDir()
-	srv, count, err := mfs.MountInputCounted(mnt, b, mfs.InputOptions{})
-	if err != nil {
-		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	mnt, count := mountCounted(t, b)
 	walk := func() int {
 		files := 0
 		top, err := os.ReadDir(mnt)
@@ -166,16 +157,7 @@ func TestInputReaddirPlusBounded(t *testing.T) {
 	n := int64(mfs.PlusNodesMax + 3*fan)
 	syn := ossemu.Synthetic{N: n, FanOut: fan, Size: 77}
 	_, b := syntheticOSS(t, syn)
-	mnt := t.TempDir()
-	srv, count, err := mfs.MountInputCounted(mnt, b, mfs.InputOptions{})
-	if err != nil {
-		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
+	mnt, count := mountCounted(t, b)
 	// find reads each directory in one READDIRPLUS of up to 1 MiB (the
 	// kernel's directory cache), where os.ReadDir's first small read
 	// would leave the rest to plain READDIRs (READDIRPLUS_AUTO).
@@ -241,4 +223,21 @@ func TestInputManyLookupsListTheDirectory(t *testing.T) {
 	if cost := requests() - before; cost != 0 {
 		t.Fatalf("200 lookups after the listing cost %d requests, want none", cost)
 	}
+}
+
+// mountCounted mounts b as an input on a temporary directory, unmounted at
+// the test's end, with the counter of the tree's nodes and listings.
+func mountCounted(t *testing.T, b backends.Backend) (string, func() (nodes, listings int)) {
+	t.Helper()
+	mnt := t.TempDir()
+	srv, count, err := mfs.MountInputCounted(mnt, b, mfs.InputOptions{})
+	if err != nil {
+		t.Fatalf("FUSE mount failed (tests need /dev/fuse and root): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	return mnt, count
 }
